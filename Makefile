@@ -1,0 +1,48 @@
+# Every target bootstraps .venv on first use (Python >= 3.10; `python3` by default).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+# Tests are I/O-bound on real etcd servers: run them in parallel workers.
+PYTEST_WORKERS ?= 3
+
+.PHONY: demo test check lint typecheck docs sync gen-sync bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test,docs]'
+	@touch $(STAMP)
+
+## The main job: a live demo on an embedded etcd (nothing to install).
+demo: $(STAMP)
+	$(BIN)/python -m demo
+
+## The whole test suite against real etcd servers the tests start themselves.
+test: $(STAMP)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q -p no:cacheprovider $(PYTEST_ARGS)
+
+## Lint, types, the generated sync facade's freshness, and the docs build.
+check: lint typecheck gen-sync-check docs
+
+lint: $(STAMP)
+	$(BIN)/ruff check etcd_recipes tests tools benchmarks demo
+	$(BIN)/ruff format --check etcd_recipes tools demo
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+gen-sync: $(STAMP)
+	$(BIN)/python tools/gen_sync.py
+
+gen-sync-check: $(STAMP)
+	$(BIN)/python tools/gen_sync.py --check
+
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --quiet --site-dir build/site
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/raw_ops.py
+
+clean:
+	rm -rf $(VENV) build site .mypy_cache .ruff_cache .pytest_cache

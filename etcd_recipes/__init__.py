@@ -1,0 +1,1 @@
+"""etcd-recipes: asyncio-native distributed coordination recipes over etcd v3."""

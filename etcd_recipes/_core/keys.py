@@ -1,0 +1,89 @@
+"""Key helpers: bytes conversion, prefix ranges, path joining, padding and random tokens.
+
+Layouts follow the reference library so that Python and JVM processes share recipes.
+"""
+
+from __future__ import annotations
+
+import secrets
+import string
+
+from ..errors import EmptyKeyError, EmptyPathError, InvalidArgumentError
+
+__all__ = [
+    "TOKEN_LENGTH",
+    "append_to_path",
+    "client_id",
+    "ensure_suffix",
+    "key_bytes",
+    "pad",
+    "prefix_range_end",
+    "random_token",
+    "require_path",
+]
+
+TOKEN_LENGTH = 7
+_ALPHABET = string.ascii_letters + string.digits
+
+
+def key_bytes(key: bytes | str, *, allow_empty: bool = False) -> bytes:
+    """Convert a key to bytes (``str`` as UTF-8); reject empty keys with :class:`EmptyKeyError`."""
+    if isinstance(key, str):
+        out = key.encode("utf-8")
+    elif isinstance(key, (bytes, bytearray, memoryview)):
+        out = bytes(key)
+    else:
+        raise InvalidArgumentError(f"a key must be bytes or str, not {type(key).__name__}")
+    if not out and not allow_empty:
+        raise EmptyKeyError("etcd keys must not be empty")
+    return out
+
+
+def prefix_range_end(prefix: bytes) -> bytes:
+    """The ``range_end`` that selects every key starting with ``prefix`` (etcd's convention).
+
+    >>> prefix_range_end(b"/a/")
+    b'/a0'
+    """
+    end = bytearray(prefix)
+    for i in range(len(end) - 1, -1, -1):
+        if end[i] < 0xFF:
+            end[i] += 1
+            return bytes(end[: i + 1])
+    return b"\x00"  # every key
+
+
+def require_path(path: str) -> str:
+    """Validate a recipe path: a non-empty string."""
+    if not isinstance(path, str):
+        raise InvalidArgumentError(f"a recipe path must be a str, not {type(path).__name__}")
+    if not path or not path.strip("/"):
+        raise EmptyPathError("a recipe path must not be empty (or only '/')")
+    return path
+
+
+def append_to_path(path: str, suffix: str) -> str:
+    """Join like the reference: ``"/a/".append("/b")`` -> ``"/a/b"``."""
+    return path.removesuffix("/") + "/" + suffix.removeprefix("/")
+
+
+def ensure_suffix(path: str, suffix: str = "/") -> str:
+    """Add a trailing ``suffix`` when missing (prefix reads always use a trailing ``/``)."""
+    return path if path.endswith(suffix) else path + suffix
+
+
+def random_token(length: int = TOKEN_LENGTH) -> str:
+    """A random ``[a-zA-Z0-9]`` string from a CSPRNG."""
+    return "".join(secrets.choice(_ALPHABET) for _ in range(length))
+
+
+def client_id(prefix: str) -> str:
+    """A fresh client id in the reference's shape: ``"<prefix>:<7 random chars>"``."""
+    return f"{prefix}:{random_token()}"
+
+
+def pad(number: int, width: int) -> str:
+    """Zero-pad a non-negative integer (``%0<width>d``)."""
+    if number < 0:
+        raise InvalidArgumentError(f"cannot pad a negative number: {number}")
+    return f"{number:0{width}d}"

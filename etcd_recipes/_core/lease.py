@@ -1,0 +1,495 @@
+"""Leases kept alive on one multiplexed keep-alive stream per client.
+
+* :class:`LeaseKeeper` renews every registered lease at a third of its TTL over one
+  ``LeaseKeepAlive`` stream and detects loss: a reply with TTL <= 0 (revoked or expired), or
+  renewals stopped past the TTL (the stream is down or the server is paused). A stream error
+  while the lease may still be valid is reported as ``LeaseSuspended``.
+* :class:`AcquisitionLease` -- exclusivity (lock holds, permits, leadership): **never healed**.
+  Once lost it stays lost, because etcd has already promoted a successor.
+* :class:`SelfHealingLease` -- presence (barriers, registrations, transient keys, claims):
+  re-granted after loss, then its ``establish`` hook re-creates the keys (normally through a
+  compare-and-swap, so healing never steals a key). Reports ``LeaseExpired`` then
+  ``LeaseRestored`` or ``LeaseFailed``.
+
+Closing either revokes the lease (best-effort, shielded, bounded), so owned keys vanish at once.
+Not guaranteed: between expiry and restoration the keys of a self-healing lease do not exist;
+other clients can observe the gap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import grpc
+from aetcd import rpc as pb
+
+from ..errors import ClientClosedError, EtcdRecipeError, InvalidArgumentError, LeaseNotFoundError
+from ..events import LeaseEvent, LeaseExpired, LeaseFailed, LeaseRestored, LeaseSuspended
+from ..resilience import LeaseResilience, RetryPolicy
+from .listeners import ListenerSet
+from .rpc import map_grpc_error
+
+if TYPE_CHECKING:
+    from ..client import EtcdClient
+
+__all__ = ["AcquisitionLease", "LeaseKeeper", "SelfHealingLease", "validate_ttl"]
+
+log = logging.getLogger("etcd_recipes.lease")
+
+_STREAM_BACKOFF = RetryPolicy.exponential_backoff(initial_delay=0.05, max_delay=1.0, jitter=0.2)
+CLEANUP_TIMEOUT = 5.0
+
+
+def validate_ttl(ttl: float) -> int:
+    """Lease TTLs are whole seconds (truncated, like the reference); at least 1."""
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
+        raise InvalidArgumentError(f"a lease TTL must be a number of seconds, not {ttl!r}")
+    if ttl < 1:
+        raise InvalidArgumentError(f"a lease TTL must be at least 1 second, got {ttl}")
+    return int(ttl)
+
+
+class _Registration:
+    """One lease kept alive by the keeper; callbacks are internal and must not block."""
+
+    def __init__(
+        self,
+        lease_id: int,
+        ttl: int,
+        on_lost: Callable[[BaseException | None], None],
+        on_suspended: Callable[[BaseException | None], None],
+    ) -> None:
+        self.lease_id = lease_id
+        self.ttl = ttl
+        now = time.monotonic()
+        self.next_due = now
+        self.deadline = now + ttl
+        self.in_flight_sent = 0.0
+        self.on_lost = on_lost
+        self.on_suspended = on_suspended
+        self.suspended = False
+        self.active = True
+        self.renewals = 0
+
+
+class LeaseKeeper:
+    """Owns the client's keep-alive stream and the renewal schedule of its leases."""
+
+    def __init__(self, client: EtcdClient) -> None:
+        self._client = client
+        self._metrics = client._resilience.metrics
+        self._regs: dict[int, _Registration] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        self._wake = asyncio.Event()
+        self.streams_opened = 0
+        """How many keep-alive streams were opened (for tests and diagnostics)."""
+
+    @property
+    def lease_count(self) -> int:
+        """How many leases are being kept alive."""
+        return len(self._regs)
+
+    def register(
+        self,
+        lease_id: int,
+        ttl: int,
+        on_lost: Callable[[BaseException | None], None],
+        on_suspended: Callable[[BaseException | None], None],
+    ) -> _Registration:
+        if self._closed:
+            raise ClientClosedError("the client is closed")
+        reg = _Registration(lease_id, ttl, on_lost, on_suspended)
+        self._regs[lease_id] = reg
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(
+                self._supervise(), name="etcd-recipes-keepalive"
+            )
+        self._wake.set()
+        return reg
+
+    def unregister(self, reg: _Registration) -> None:
+        reg.active = False
+        if self._regs.get(reg.lease_id) is reg:
+            del self._regs[reg.lease_id]
+
+    async def aclose(self) -> None:
+        self._closed = True
+        self._regs.clear()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+
+    def _lose(self, reg: _Registration, cause: BaseException | None) -> None:
+        if reg.active:
+            self.unregister(reg)
+            reg.on_lost(cause)
+
+    def _check_deadlines(self) -> None:
+        now = time.monotonic()
+        for reg in list(self._regs.values()):
+            if now >= reg.deadline:
+                self._lose(
+                    reg,
+                    LeaseNotFoundError(
+                        f"lease {reg.lease_id:x}: no renewal within its {reg.ttl}s TTL"
+                    ),
+                )
+
+    async def _supervise(self) -> None:
+        attempt = 0
+        failed_since = 0.0
+        while not self._closed and self._regs:
+            call = None
+            reader: asyncio.Task[None] | None = None
+            cause: BaseException | None = None
+            try:
+                stub = pb.LeaseStub(self._client._channel_or_raise())
+                call = stub.LeaseKeepAlive(metadata=self._client._runner.metadata())
+                self.streams_opened += 1
+                reader = asyncio.get_running_loop().create_task(self._read_loop(call))
+                for reg in self._regs.values():
+                    reg.next_due = 0.0  # renew everything at once on a new stream
+                while self._regs:
+                    if reader.done():
+                        reader.result()
+                        raise EtcdRecipeError("the keep-alive stream ended")
+                    self._check_deadlines()
+                    now = time.monotonic()
+                    next_wake = now + 1.0
+                    for reg in list(self._regs.values()):
+                        if reg.next_due <= now:
+                            reg.in_flight_sent = now
+                            reg.next_due = now + max(reg.ttl / 3.0, 0.3)
+                            await call.write(pb.LeaseKeepAliveRequest(ID=reg.lease_id))
+                        next_wake = min(next_wake, reg.next_due, reg.deadline)
+                    if reader.done():
+                        continue
+                    self._wake.clear()
+                    wait_for = max(0.0, next_wake - time.monotonic())
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(self._wake.wait()), wait_for)
+                    if attempt and any(r.renewals for r in self._regs.values()):
+                        attempt = 0
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                cause = exc
+            finally:
+                if reader is not None:
+                    reader.cancel()
+                if call is not None:
+                    call.cancel()
+            mapped: BaseException = cause
+            if isinstance(cause, grpc.aio.AioRpcError):
+                mapped = map_grpc_error(
+                    cause, op="lease keep-alive", endpoints=self._client._spec.description
+                )
+            log.debug("keep-alive stream failed: %r", mapped)
+            for reg in list(self._regs.values()):
+                if not reg.suspended:
+                    reg.suspended = True
+                    reg.on_suspended(mapped)
+            if attempt == 0:
+                failed_since = time.monotonic()
+            attempt += 1
+            delay = _STREAM_BACKOFF.next_delay(attempt, time.monotonic() - failed_since) or 1.0
+            end = time.monotonic() + delay
+            while time.monotonic() < end and self._regs:
+                self._check_deadlines()
+                await asyncio.sleep(min(0.05, max(0.0, end - time.monotonic())))
+
+    async def _read_loop(self, call: Any) -> None:
+        while True:
+            msg = await call.read()
+            if msg is grpc.aio.EOF:
+                return
+            reg = self._regs.get(int(msg.ID))
+            if reg is None:
+                continue
+            if msg.TTL <= 0:
+                self._lose(
+                    reg, LeaseNotFoundError(f"lease {reg.lease_id:x} expired or was revoked")
+                )
+                continue
+            reg.deadline = reg.in_flight_sent + int(msg.TTL)
+            reg.renewals += 1
+            reg.suspended = False
+            self._metrics.increment_keep_alive("renewal", reg.lease_id)
+
+
+async def _revoke_quietly(client: EtcdClient, lease_id: int) -> None:
+    """Revoke, shielded from cancellation and bounded in time; failures are logged."""
+    with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT):
+        await client.lease_revoke(lease_id)
+
+
+class _LeaseBase:
+    def __init__(self, client: EtcdClient, ttl: float) -> None:
+        self._client = client
+        self.ttl = validate_ttl(ttl)
+        """The requested TTL in whole seconds."""
+        self.listeners: ListenerSet[LeaseEvent] = ListenerSet("lease")
+        self._reg: _Registration | None = None
+
+    def add_listener(self, listener: Callable[[LeaseEvent], Any]) -> None:
+        """Call ``listener`` with every :data:`~etcd_recipes.events.LeaseEvent` of this lease."""
+        self.listeners.add(listener)
+
+    def remove_listener(self, listener: Callable[[LeaseEvent], Any]) -> None:
+        """Stop calling ``listener``."""
+        self.listeners.remove(listener)
+
+    def _emit(self, event: LeaseEvent) -> None:
+        kind = type(event).__name__.removeprefix("Lease").lower()
+        lease_id = event.old_lease_id if isinstance(event, LeaseRestored) else event.lease_id
+        self._client._resilience.metrics.increment_keep_alive(kind, lease_id)
+        with contextlib.suppress(RuntimeError):
+            self.listeners.emit(event)
+
+
+class AcquisitionLease(_LeaseBase):
+    """A lease for an exclusive hold: kept alive until released, **never re-granted** once lost.
+
+    Example::
+
+        async with client.lease(ttl=5) as lease:
+            await client.put("/locks/job", b"me", lease=lease.id)
+            ...  # lease.lost is an anyio/asyncio-friendly signal: await lease.wait_lost()
+    """
+
+    def __init__(self, client: EtcdClient, ttl: float) -> None:
+        super().__init__(client, ttl)
+        self.id = 0
+        """The lease id (0 before :meth:`grant`)."""
+        self.granted_ttl = 0
+        self._lost = asyncio.Event()
+        self.lost_cause: BaseException | None = None
+        self._closed = False
+
+    @property
+    def is_lost(self) -> bool:
+        """Whether the lease was lost (expired, revoked out of band, or renewals stopped)."""
+        return self._lost.is_set()
+
+    async def wait_lost(self) -> None:
+        """Wait until the lease is lost."""
+        await self._lost.wait()
+
+    async def grant(self) -> AcquisitionLease:
+        """Grant the lease and start keeping it alive."""
+        if self.id:
+            raise EtcdRecipeError("this lease was already granted")
+        grant = await self._client.lease_grant(self.ttl)
+        self.id, self.granted_ttl = grant.id, grant.ttl
+        try:
+            self._reg = self._client._leases.register(
+                grant.id, grant.ttl, self._on_lost, self._on_suspended
+            )
+        except BaseException:
+            await _revoke_quietly(self._client, grant.id)
+            raise
+        return self
+
+    def _on_lost(self, cause: BaseException | None) -> None:
+        if self._lost.is_set() or self._closed:
+            return
+        self.lost_cause = cause
+        self._lost.set()
+        log.info("lease %x lost: %s", self.id, cause)
+        self._emit(LeaseExpired(self.id, cause))
+
+    def _on_suspended(self, cause: BaseException | None) -> None:
+        self._emit(LeaseSuspended(self.id, cause))
+
+    async def revoke(self) -> None:
+        """Stop keeping the lease alive and revoke it (best-effort; shielded and bounded)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._reg is not None:
+            self._client._leases.unregister(self._reg)
+        if self.id:
+            await _revoke_quietly(self._client, self.id)
+
+    async def __aenter__(self) -> AcquisitionLease:
+        return await self.grant()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.revoke()
+
+
+EstablishHook = Callable[[int], Awaitable[bool]]
+
+
+class SelfHealingLease(_LeaseBase):
+    """A presence lease that heals: on loss it is re-granted and ``establish`` runs again.
+
+    ``establish(lease_id)`` creates the owned keys and returns True, or False to decline (the
+    key now belongs to someone else): then the lease is revoked and the healing stops with
+    ``LeaseFailed``.
+
+    Example::
+
+        async def establish(lease_id: int) -> bool:
+            r = await client.txn([Cmp.missing(key)], [Op.put(key, b"me", lease=lease_id)])
+            return r.succeeded
+
+        lease = client.self_healing_lease(2, establish)
+        if await lease.start():
+            ...
+        await lease.aclose()
+    """
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        ttl: float,
+        establish: EstablishHook,
+        *,
+        resilience: LeaseResilience | None = None,
+    ) -> None:
+        super().__init__(client, ttl)
+        self._establish = establish
+        self._resilience = resilience or client._resilience.lease
+        self._lease_id = 0
+        self._healer: asyncio.Task[None] | None = None
+        self._closed = False
+        self._healthy = False
+        self._failed = False
+
+    @property
+    def current_lease_id(self) -> int:
+        """The id of the lease currently in use (0 before start, or while healing)."""
+        return self._lease_id
+
+    @property
+    def is_healthy(self) -> bool:
+        """False while healing, after a failure, and after close."""
+        return self._healthy and not self._closed
+
+    @property
+    def has_failed(self) -> bool:
+        """Whether healing gave up for good."""
+        return self._failed
+
+    async def start(self) -> bool:
+        """Grant and establish; False (with the lease revoked) if ``establish`` declined."""
+        if self._closed:
+            raise ClientClosedError("this lease was closed")
+        if self._lease_id:
+            raise EtcdRecipeError("this lease was already started")
+        grant = await self._client.lease_grant(self.ttl)
+        try:
+            ok = await self._establish(grant.id)
+        except BaseException:
+            await _revoke_quietly(self._client, grant.id)
+            raise
+        if not ok:
+            await _revoke_quietly(self._client, grant.id)
+            return False
+        self._adopt(grant.id, grant.ttl)
+        return True
+
+    def _adopt(self, lease_id: int, ttl: int) -> None:
+        self._lease_id = lease_id
+        self._healthy = True
+        self._reg = self._client._leases.register(lease_id, ttl, self._on_lost, self._on_suspended)
+
+    def _on_suspended(self, cause: BaseException | None) -> None:
+        self._emit(LeaseSuspended(self._lease_id, cause))
+
+    def _on_lost(self, cause: BaseException | None) -> None:
+        if self._closed or self._healer is not None:
+            return
+        old = self._lease_id
+        self._healthy = False
+        self._lease_id = 0
+        log.info("lease %x lost (%s); healing", old, cause)
+        self._emit(LeaseExpired(old, cause))
+        self._healer = asyncio.get_running_loop().create_task(
+            self._heal(old), name=f"etcd-recipes-lease-healer-{old:x}"
+        )
+
+    async def _heal(self, old: int) -> None:
+        start = time.monotonic()
+        attempt = 0
+        last: BaseException | None = None
+        try:
+            while not self._closed:
+                attempt += 1
+                try:
+                    with anyio.fail_after(self._resilience.heal_operation_timeout):
+                        grant = await self._client.lease_grant(self.ttl)
+                    try:
+                        ok = await self._establish(grant.id)
+                    except BaseException:
+                        await _revoke_quietly(self._client, grant.id)
+                        raise
+                    if not ok:
+                        await _revoke_quietly(self._client, grant.id)
+                        self._failed = True
+                        self._emit(LeaseFailed(old, EtcdRecipeError("establish declined")))
+                        return
+                    if self._closed:
+                        await _revoke_quietly(self._client, grant.id)
+                        return
+                    self._adopt(grant.id, grant.ttl)
+                    log.info("lease %x restored as %x", old, grant.id)
+                    self._emit(LeaseRestored(old, grant.id))
+                    return
+                except (EtcdRecipeError, TimeoutError) as exc:
+                    last = exc
+                delay = self._resilience.retry_policy.next_delay(attempt, time.monotonic() - start)
+                if delay is None:
+                    self._failed = True
+                    self._emit(LeaseFailed(old, last))
+                    return
+                await asyncio.sleep(delay)
+        finally:
+            self._healer = None
+
+    async def aclose(self) -> None:
+        """Stop healing, stop renewing and revoke the lease (owned keys vanish); idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._healthy = False
+        healer = self._healer
+        if healer is not None:
+            healer.cancel()
+            with anyio.CancelScope(shield=True):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await healer
+        if self._reg is not None:
+            self._client._leases.unregister(self._reg)
+        if self._lease_id:
+            await _revoke_quietly(self._client, self._lease_id)
+            self._lease_id = 0
+
+    async def __aenter__(self) -> SelfHealingLease:
+        if not await self.start():
+            raise EtcdRecipeError("the establish hook declined the initial lease")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,76 @@
+"""Listener sets that never run user callbacks inside the task that reports the event.
+
+Each emit schedules the listeners with ``loop.call_soon`` (FIFO, so order is preserved); a
+coroutine function listener is run as its own task. A listener that raises is logged and handed
+to the error sink; it never breaks the reporter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+__all__ = ["ListenerSet"]
+
+E = TypeVar("E")
+log = logging.getLogger("etcd_recipes.listeners")
+
+
+class ListenerSet(Generic[E]):
+    """An ordered set of callbacks for events of type ``E``."""
+
+    def __init__(self, name: str, on_error: Callable[[str, BaseException], None] | None = None):
+        self._name = name
+        self._listeners: list[Callable[[E], Any]] = []
+        self._on_error = on_error
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def add(self, listener: Callable[[E], Any]) -> None:
+        """Register ``listener`` (a plain or ``async`` callable taking the event)."""
+        if not callable(listener):
+            raise TypeError(f"{self._name} listener must be callable")
+        self._listeners.append(listener)
+
+    def remove(self, listener: Callable[[E], Any]) -> None:
+        """Unregister ``listener``; unknown listeners are ignored."""
+        try:
+            self._listeners.remove(listener)
+        except ValueError:
+            pass
+
+    def __len__(self) -> int:
+        return len(self._listeners)
+
+    def emit(self, event: E) -> None:
+        """Schedule every listener with ``event`` (returns immediately)."""
+        if not self._listeners:
+            return
+        loop = asyncio.get_running_loop()
+        for listener in list(self._listeners):
+            loop.call_soon(self._invoke, listener, event)
+
+    def _invoke(self, listener: Callable[[E], Any], event: E) -> None:
+        try:
+            result = listener(event)
+            if inspect.isawaitable(result):
+                task = asyncio.ensure_future(result)
+                self._tasks.add(task)
+                task.add_done_callback(self._task_done)
+        except Exception as exc:
+            self._report(exc)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self._report(task.exception())  # type: ignore[arg-type]
+
+    def _report(self, exc: BaseException) -> None:
+        log.warning("%s listener raised %r", self._name, exc, exc_info=exc)
+        if self._on_error is not None:
+            try:
+                self._on_error(f"{self._name}-listener", exc)
+            except Exception:  # pragma: no cover - the sink itself failed
+                log.exception("error sink failed")

@@ -1,0 +1,259 @@
+"""The single funnel every unary RPC goes through: per-attempt timeout, retries, auth refresh,
+error mapping and metrics.
+
+Transactions pass ``retry=False`` (a commit may have landed); everything else retries on
+UNAVAILABLE, DEADLINE_EXCEEDED and INTERNAL per :class:`~etcd_recipes.resilience.RpcResilience`.
+The caller's cancellation is never retried nor wrapped: it propagates unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from types import EllipsisType
+from typing import Any, TypeVar
+
+import grpc
+from aetcd import rpc as pb
+
+from ..errors import (
+    AuthenticationError,
+    CompactedError,
+    DuplicateKeyError,
+    EmptyKeyError,
+    EtcdConnectionError,
+    EtcdRecipeError,
+    EtcdServerError,
+    EtcdTimeoutError,
+    FutureRevisionError,
+    InvalidArgumentError,
+    LeaseNotFoundError,
+    NotLeaderError,
+    PermissionDeniedError,
+    RetriesExhaustedError,
+    TlsHandshakeError,
+    TooManyOperationsError,
+    ValueTooLargeError,
+)
+from ..metrics import EtcdMetrics
+from ..resilience import RpcResilience
+
+__all__ = ["AuthManager", "RpcRunner", "is_auth_token_error", "is_retriable", "map_grpc_error"]
+
+log = logging.getLogger("etcd_recipes.rpc")
+T = TypeVar("T")
+
+_RETRIABLE = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "INTERNAL"}
+
+
+def _code_name(exc: BaseException) -> str:
+    code = getattr(exc, "code", None)
+    if callable(code):
+        try:
+            return str(code().name)
+        except Exception:  # pragma: no cover - defensive
+            return "UNKNOWN"
+    return "UNKNOWN"
+
+
+def _details(exc: BaseException) -> str:
+    details = getattr(exc, "details", None)
+    if callable(details):
+        try:
+            return str(details() or "")
+        except Exception:  # pragma: no cover - defensive
+            return ""
+    return str(exc)
+
+
+def is_retriable(exc: BaseException) -> bool:
+    """Whether a gRPC error is transient (UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL)."""
+    return isinstance(exc, grpc.aio.AioRpcError) and _code_name(exc) in _RETRIABLE
+
+
+def is_auth_token_error(exc: BaseException) -> bool:
+    """Whether a gRPC error says the auth token is missing, invalid or expired."""
+    if not isinstance(exc, grpc.aio.AioRpcError):
+        return False
+    details = _details(exc).lower()
+    return _code_name(exc) == "UNAUTHENTICATED" or "invalid auth token" in details
+
+
+def map_grpc_error(exc: BaseException, *, op: str, endpoints: str) -> EtcdRecipeError:
+    """Translate a gRPC error into the library's hierarchy with an actionable message."""
+    if isinstance(exc, EtcdRecipeError):
+        return exc
+    code = _code_name(exc)
+    details = _details(exc)
+    low = details.lower()
+    where = f"{op} on [{endpoints}]"
+    if code == "UNAVAILABLE":
+        if "handshake" in low or "tsi_" in low or "ssl" in low or "certificate" in low:
+            return TlsHandshakeError(
+                f"{where}: TLS handshake failed ({details}); check ca_cert, the client "
+                "certificate (mutual TLS) and that the server speaks TLS"
+            )
+        hint = ""
+        if "socket closed" in low:
+            hint = " (if the server uses TLS, connect with https:// or ca_cert=)"
+        return EtcdConnectionError(f"{where}: no etcd endpoint reachable: {details}{hint}")
+    if code == "DEADLINE_EXCEEDED":
+        return EtcdTimeoutError(f"{where}: timed out ({details})")
+    if code == "RESOURCE_EXHAUSTED" and "larger than max" in low:
+        return ValueTooLargeError(f"{where}: request too large for the server: {details}")
+    if "request is too large" in low:
+        return ValueTooLargeError(
+            f"{where}: request too large (server --max-request-bytes, 1.5 MiB by default)"
+        )
+    if "key is not provided" in low:
+        return EmptyKeyError(f"{where}: etcd keys must not be empty")
+    if "too many operations in txn" in low:
+        return TooManyOperationsError(
+            f"{where}: too many operations in one transaction "
+            "(server --max-txn-ops, 128 by default)"
+        )
+    if "duplicate key given in txn" in low:
+        return DuplicateKeyError(f"{where}: the same key is written twice in one transaction")
+    if "authentication failed" in low or "invalid user id or password" in low:
+        return AuthenticationError(f"{where}: authentication failed: wrong user name or password")
+    if "authentication is not enabled" in low:
+        return AuthenticationError(f"{where}: user/password given but auth is not enabled")
+    if code == "UNAUTHENTICATED" or "invalid auth token" in low or "user name is empty" in low:
+        return AuthenticationError(f"{where}: not authenticated ({details})")
+    if code == "PERMISSION_DENIED" or "permission denied" in low:
+        return PermissionDeniedError(f"{where}: permission denied ({details})")
+    if "compacted" in low:
+        return CompactedError(f"{where}: the revision has been compacted ({details})")
+    if "future revision" in low:
+        return FutureRevisionError(f"{where}: the revision is in the future ({details})")
+    if "lease not found" in low:
+        return LeaseNotFoundError(f"{where}: lease not found (expired or revoked)")
+    if "not leader" in low:
+        return NotLeaderError(f"{where}: {details}")
+    if code == "INVALID_ARGUMENT":
+        return InvalidArgumentError(f"{where}: invalid argument: {details}")
+    if code == "CANCELLED" and "channel closed" in low:
+        return EtcdConnectionError(f"{where}: the client channel was closed")
+    return EtcdServerError(f"{where}: {code}: {details}", code=code, details=details)
+
+
+class AuthManager:
+    """Holds the auth token and refreshes it (once, coalesced) when the server rejects it."""
+
+    def __init__(self, user: str, password: str) -> None:
+        self.user = user
+        self.password = password
+        self.token: str | None = None
+        self._lock = asyncio.Lock()
+        self._generation = 0
+        self._channel: Any = None
+
+    def bind(self, channel: Any) -> None:
+        """Attach to the client's channel."""
+        self._channel = channel
+
+    def metadata(self) -> tuple[tuple[str, str], ...] | None:
+        """The per-call metadata carrying the token, if any."""
+        return (("token", self.token),) if self.token else None
+
+    @property
+    def generation(self) -> int:
+        """Bumped on each successful refresh."""
+        return self._generation
+
+    async def refresh(
+        self, seen_generation: int | None = None, timeout: float | None = 10.0
+    ) -> None:
+        """Authenticate again; concurrent callers that saw the same generation share one call."""
+        async with self._lock:
+            if seen_generation is not None and seen_generation != self._generation:
+                return
+            stub = pb.AuthStub(self._channel)
+            req = pb.AuthenticateRequest(name=self.user, password=self.password)
+            resp = await stub.Authenticate(req, timeout=timeout)
+            self.token = str(resp.token)
+            self._generation += 1
+
+
+class RpcRunner:
+    """Runs unary calls under a :class:`RpcResilience` policy."""
+
+    def __init__(
+        self,
+        resilience: RpcResilience,
+        metrics: EtcdMetrics,
+        auth: AuthManager | None,
+        endpoints: str,
+    ) -> None:
+        self.resilience = resilience
+        self.metrics = metrics
+        self.auth = auth
+        self.endpoints = endpoints
+
+    def metadata(self) -> tuple[tuple[str, str], ...] | None:
+        """The metadata to attach to calls and streams."""
+        return self.auth.metadata() if self.auth else None
+
+    async def call(
+        self,
+        op: str,
+        fn: Callable[..., Awaitable[T]],
+        request: Any,
+        *,
+        retry: bool = True,
+        timeout: float | EllipsisType | None = ...,
+        resilience: RpcResilience | None = None,
+    ) -> T:
+        """Call ``fn(request, timeout=..., metadata=...)`` with retries and error mapping.
+
+        ``timeout`` overrides the per-attempt timeout (``None``: unbounded); ``retry=False``
+        makes exactly one attempt (transactions).
+        """
+        res = resilience or self.resilience
+        per_attempt = res.operation_timeout if timeout is ... else timeout
+        start = time.monotonic()
+        attempt = 0
+        auth_retried = False
+        failed = True
+        try:
+            while True:
+                attempt += 1
+                generation = self.auth.generation if self.auth else 0
+                try:
+                    result = await fn(request, timeout=per_attempt, metadata=self.metadata())
+                    failed = False
+                    return result
+                except grpc.aio.AioRpcError as exc:
+                    if self.auth is not None and not auth_retried and is_auth_token_error(exc):
+                        auth_retried = True
+                        attempt -= 1
+                        log.debug("%s: auth token rejected, re-authenticating", op)
+                        try:
+                            await self.auth.refresh(generation)
+                        except grpc.aio.AioRpcError as auth_exc:
+                            raise map_grpc_error(
+                                auth_exc, op="authenticate", endpoints=self.endpoints
+                            ) from None
+                        continue
+                    mapped = map_grpc_error(exc, op=op, endpoints=self.endpoints)
+                    if not (retry and is_retriable(exc)):
+                        raise mapped from None
+                    delay = res.retry_policy.next_delay(attempt, time.monotonic() - start)
+                    if delay is None:
+                        if attempt == 1:
+                            raise mapped from None
+                        raise RetriesExhaustedError(
+                            f"{op} failed after {attempt} attempts: {mapped}", attempts=attempt
+                        ) from mapped
+                    log.debug(
+                        "%s attempt %d failed (%s); retrying in %.3fs",
+                        op,
+                        attempt,
+                        exc.code(),
+                        delay,
+                    )
+                    await asyncio.sleep(delay)
+        finally:
+            self.metrics.record_rpc(op, time.monotonic() - start, attempt, failed)

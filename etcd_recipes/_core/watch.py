@@ -1,0 +1,532 @@
+"""Resilient watches, multiplexed on one gRPC Watch stream per client.
+
+Guarantees:
+
+* every watch of a client shares one bidirectional stream (cheap: ~8 KB per parked watcher);
+* after any stream failure a watch resumes at ``last seen revision + 1`` -- no event is lost or
+  delivered twice across a reconnect; progress notifications advance that revision;
+* when the history it needs was compacted, a watch with a ``resync`` hook calls it (the hook
+  re-reads the state and returns the revision to continue from) and reports ``WatchResynced``;
+  a raw watch without a hook raises :class:`~etcd_recipes.errors.CompactedError` -- it never
+  hangs and never silently skips the gap;
+* recovery events (``WatchSuspended``/``WatchResubscribed``/``WatchResynced``/``WatchFailed``)
+  are delivered in-band, in order with the data events;
+* user code never runs inside the stream reader task: each watch is consumed by its own
+  iterator (or dispatcher task), so a slow consumer stalls only itself.
+
+Not guaranteed: a watch created "from now" (``start_revision=0``) that suspends before seeing
+any event or progress notification resumes from the server's current revision, a possible gap
+reported as ``WatchResubscribed(resume_revision=0)``; anchor watches at a read's revision + 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Union
+
+import grpc
+from aetcd import rpc as pb
+
+from ..errors import (
+    ClientClosedError,
+    CompactedError,
+    EtcdRecipeError,
+    PermissionDeniedError,
+    WatchFailedError,
+)
+from ..events import (
+    WatchFailed,
+    WatchRecoveryEvent,
+    WatchResubscribed,
+    WatchResynced,
+    WatchSuspended,
+)
+from ..resilience import RetryPolicy, WatchResilience
+from ..types import EventType, KeyValue, WatchEvent
+from .listeners import ListenerSet
+from .rpc import is_auth_token_error, map_grpc_error
+
+if TYPE_CHECKING:
+    from ..client import EtcdClient
+
+__all__ = ["Watch", "WatchHub", "WatchItem"]
+
+log = logging.getLogger("etcd_recipes.watch")
+
+WatchItem = Union[WatchEvent, WatchRecoveryEvent]
+ResyncHook = Callable[[], Awaitable[int]]
+
+_HUB_BACKOFF = RetryPolicy.exponential_backoff(initial_delay=0.05, max_delay=1.0, jitter=0.2)
+
+
+class _Compacted:
+    __slots__ = ("revision",)
+
+    def __init__(self, revision: int) -> None:
+        self.revision = revision
+
+
+_QueueItem = Union[list[WatchEvent], WatchRecoveryEvent, _Compacted]
+
+
+class Watch:
+    """One watch on a key, a prefix or a range. Create it with :meth:`EtcdClient.watch`.
+
+    Use it as an async context manager and iterate it; items are :class:`WatchEvent` and, in
+    order with them, recovery events::
+
+        async with client.watch("/jobs/", prefix=True, start_revision=rev + 1) as watch:
+            async for item in watch:
+                if isinstance(item, WatchEvent):
+                    print(item.type, item.kv.key, item.kv.value)
+    """
+
+    def __init__(
+        self,
+        hub: WatchHub,
+        key: bytes,
+        range_end: bytes | None,
+        *,
+        start_revision: int,
+        prev_kv: bool,
+        no_put: bool,
+        no_delete: bool,
+        resync: ResyncHook | None,
+        resilience: WatchResilience,
+        display_key: bytes,
+    ) -> None:
+        self._hub = hub
+        self._key = key
+        self._range_end = range_end
+        self.key = display_key
+        """The watched key (or prefix), without the client's namespace."""
+        self._resume = start_revision
+        self._prev_kv = prev_kv
+        self._no_put = no_put
+        self._no_delete = no_delete
+        self._resync = resync
+        self._resilience = resilience
+        self._id = 0
+        self._queue: asyncio.Queue[_QueueItem] = asyncio.Queue()
+        self._buffer: deque[WatchItem] = deque()
+        self._created = asyncio.Event()
+        self._settled = asyncio.Event()  # created, or closed/failed before that
+        self._server_active = False
+        self._suspended = False
+        self._attempt = 0
+        self._since = 0.0
+        self._state = "new"  # new -> active -> closed
+        self._error: BaseException | None = None
+        self._failed_sent = False
+        self.recovery_listeners: ListenerSet[WatchRecoveryEvent] = ListenerSet("watch-recovery")
+
+    # ------------------------------------------------------------------ public surface
+
+    @property
+    def resume_revision(self) -> int:
+        """The revision the watch would resume from after a failure (``0``: "now")."""
+        return self._resume
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether the watch was closed (or failed for good)."""
+        return self._state == "closed"
+
+    def add_recovery_listener(self, listener: Callable[[WatchRecoveryEvent], Any]) -> None:
+        """Call ``listener`` with each recovery event (besides delivering it in-band)."""
+        self.recovery_listeners.add(listener)
+
+    async def start(self) -> Watch:
+        """Register with the server and wait until it confirms the watch is live."""
+        if self._state == "closed":
+            raise ClientClosedError("this watch was closed")
+        if self._state == "new":
+            self._state = "active"
+            self._hub.register(self)
+        try:
+            await self._settled.wait()
+        except BaseException:
+            self._close_now()
+            raise
+        if not self._created.is_set():
+            self._close_now()
+            raise self._error or ClientClosedError("the watch was closed before it started")
+        return self
+
+    async def aclose(self) -> None:
+        """Cancel the watch on the server; idempotent."""
+        self._close_now()
+
+    async def __aenter__(self) -> Watch:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._close_now()
+
+    def __aiter__(self) -> AsyncIterator[WatchItem]:
+        return self
+
+    async def __anext__(self) -> WatchItem:
+        if self._state == "new":
+            await self.start()
+        while not self._buffer:
+            if self._state == "closed" and self._queue.empty():
+                if self._error is not None:
+                    raise self._error
+                raise StopAsyncIteration
+            item = await self._queue.get()
+            await self._absorb(item)
+        return self._buffer.popleft()
+
+    # ------------------------------------------------------------------ consumer-side handling
+
+    async def _absorb(self, item: _QueueItem) -> None:
+        if isinstance(item, list):
+            self._buffer.extend(item)
+        elif isinstance(item, _Compacted):
+            await self._handle_compaction(item.revision)
+        else:
+            self._buffer.append(item)
+            if isinstance(item, WatchFailed):
+                self._error = WatchFailedError(f"watch on {self.key!r} failed: {item.cause}")
+                if item.cause is not None:
+                    self._error.__cause__ = item.cause
+
+    async def _handle_compaction(self, compact_revision: int) -> None:
+        if self._resync is None:
+            self._error = CompactedError(
+                f"watch on {self.key!r}: history was compacted up to revision {compact_revision};"
+                " re-read the state and watch again from the read's revision + 1",
+                compact_revision=compact_revision,
+            )
+            self._close_now()
+            return
+        attempt = 0
+        start = time.monotonic()
+        while True:
+            attempt += 1
+            try:
+                anchor = await self._resync()
+                break
+            except EtcdRecipeError as exc:
+                delay = self._resilience.retry_policy.next_delay(attempt, time.monotonic() - start)
+                if delay is None:
+                    failed = WatchFailed(self.key, exc)
+                    self._emit(failed)
+                    await self._absorb(failed)
+                    self._close_now()
+                    return
+                await asyncio.sleep(delay)
+        self._resume = anchor
+        event = WatchResynced(self.key, compact_revision, anchor)
+        self._hub.metrics.increment_watch_recovery("resynced", self.key)
+        self._emit(event)
+        self._buffer.append(event)
+        if self._state == "active":
+            self._hub.recreate(self)
+
+    def _emit(self, event: WatchRecoveryEvent) -> None:
+        with contextlib.suppress(RuntimeError):
+            self.recovery_listeners.emit(event)
+
+    # ------------------------------------------------------------------ hub-side callbacks
+
+    def _close_now(self) -> None:
+        if self._state == "closed":
+            return
+        was_new = self._state == "new"
+        self._state = "closed"
+        self._settled.set()
+        if not was_new:
+            self._hub.unregister(self)
+        self._queue.put_nowait([])  # wake a parked consumer
+
+    def _create_request(self) -> Any:
+        filters = []
+        if self._no_put:
+            filters.append(pb.WatchCreateRequest.NOPUT)
+        if self._no_delete:
+            filters.append(pb.WatchCreateRequest.NODELETE)
+        create = pb.WatchCreateRequest(
+            key=self._key,
+            range_end=self._range_end or b"",
+            start_revision=max(self._resume, 0),
+            progress_notify=self._resilience.progress_notify,
+            filters=filters,
+            prev_kv=self._prev_kv,
+            watch_id=self._id,
+        )
+        return pb.WatchRequest(create_request=create)
+
+    def _on_created(self, header_revision: int) -> None:
+        self._server_active = True
+        if self._resume <= 0:
+            # Anchored at "now": from here on we know exactly where we are.
+            self._resume = header_revision + 1
+        if self._suspended:
+            self._suspended = False
+            self._attempt = 0
+            event = WatchResubscribed(self.key, self._resubscribe_revision)
+            self._hub.metrics.increment_watch_recovery("resubscribed", self.key)
+            self._emit(event)
+            self._queue.put_nowait(event)
+        self._created.set()
+        self._settled.set()
+
+    def _on_events(self, events: list[WatchEvent], header_revision: int) -> None:
+        if events:
+            self._resume = max(self._resume, events[-1].kv.mod_revision + 1)
+            self._queue.put_nowait(events)
+
+    def _on_progress(self, header_revision: int) -> None:
+        if self._server_active:
+            self._resume = max(self._resume, header_revision + 1)
+
+    def _on_compacted(self, compact_revision: int) -> None:
+        self._server_active = False
+        self._queue.put_nowait(_Compacted(compact_revision))
+
+    def _on_failure(self, cause: BaseException | None) -> bool:
+        """The stream (or this watch) failed; returns False when the watch gives up."""
+        self._server_active = False
+        now = time.monotonic()
+        if not self._suspended:
+            self._suspended = True
+            self._attempt = 0
+            self._since = now
+            self._resubscribe_revision = self._resume
+            event = WatchSuspended(self.key, cause)
+            self._hub.metrics.increment_watch_recovery("suspended", self.key)
+            self._emit(event)
+            self._queue.put_nowait(event)
+        self._attempt += 1
+        self._resubscribe_revision = self._resume
+        delay = self._resilience.retry_policy.next_delay(self._attempt, now - self._since)
+        if delay is None:
+            self._fail(cause)
+            return False
+        return True
+
+    def _fail(self, cause: BaseException | None) -> None:
+        if self._failed_sent:
+            return
+        self._failed_sent = True
+        event = WatchFailed(self.key, cause)
+        self._hub.metrics.increment_watch_recovery("failed", self.key)
+        self._emit(event)
+        self._queue.put_nowait(event)
+        if self._error is None:
+            self._error = WatchFailedError(f"watch on {self.key!r} failed: {cause}")
+        self._state = "closed"
+        self._settled.set()
+        self._hub.unregister(self)
+        self._queue.put_nowait([])
+
+    _resubscribe_revision = 0
+
+
+class WatchHub:
+    """Owns the client's single Watch stream and routes responses to :class:`Watch` objects."""
+
+    def __init__(self, client: EtcdClient) -> None:
+        self._client = client
+        self.metrics = client._resilience.metrics
+        self._watchers: dict[int, Watch] = {}
+        self._next_id = 1
+        self._outbox: asyncio.Queue[Any] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self._stream_up = False
+        self._closed = False
+        self.streams_opened = 0
+        """How many Watch streams this hub has opened (for tests and diagnostics)."""
+
+    @property
+    def watcher_count(self) -> int:
+        """How many watches are registered."""
+        return len(self._watchers)
+
+    def register(self, watch: Watch) -> None:
+        if self._closed:
+            raise ClientClosedError("the client is closed")
+        watch._id = self._next_id
+        self._next_id += 1
+        self._watchers[watch._id] = watch
+        if self._stream_up:
+            self._outbox.put_nowait(watch._create_request())
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(
+                self._supervise(), name="etcd-recipes-watch-stream"
+            )
+
+    def recreate(self, watch: Watch) -> None:
+        if watch._id in self._watchers and self._stream_up:
+            self._outbox.put_nowait(watch._create_request())
+
+    def unregister(self, watch: Watch) -> None:
+        if self._watchers.pop(watch._id, None) is None:
+            return
+        if self._stream_up and watch._server_active:
+            self._outbox.put_nowait(
+                pb.WatchRequest(cancel_request=pb.WatchCancelRequest(watch_id=watch._id))
+            )
+        watch._server_active = False
+
+    async def aclose(self) -> None:
+        self._closed = True
+        for watch in list(self._watchers.values()):
+            watch._error = ClientClosedError("the client was closed")
+            watch._close_now()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+
+    def request_progress(self) -> None:
+        """Ask the server for a progress notification on every watch of the stream."""
+        if self._stream_up:
+            self._outbox.put_nowait(pb.WatchRequest(progress_request=pb.WatchProgressRequest()))
+
+    # ------------------------------------------------------------------ the stream
+
+    async def _supervise(self) -> None:
+        attempt = 0
+        failed_since = 0.0
+        while not self._closed:
+            if not self._watchers:
+                # Idle: keep no stream open; a new watch restarts the supervisor.
+                return
+            call = None
+            writer: asyncio.Task[None] | None = None
+            cause: BaseException | None = None
+            try:
+                stub = pb.WatchStub(self._client._channel_or_raise())
+                call = stub.Watch(metadata=self._client._runner.metadata())
+                self.streams_opened += 1
+                while not self._outbox.empty():
+                    self._outbox.get_nowait()
+                for watch in list(self._watchers.values()):
+                    self._outbox.put_nowait(watch._create_request())
+                self._stream_up = True
+                writer = asyncio.get_running_loop().create_task(self._write_loop(call))
+                got_any = False
+                while True:
+                    msg = await call.read()
+                    if msg is grpc.aio.EOF:
+                        raise EtcdRecipeError("the watch stream ended")
+                    if not got_any:
+                        got_any = True
+                        attempt = 0
+                    self._dispatch(msg)
+                    if not self._watchers:
+                        break
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # stream failure: every watcher suspends and retries
+                cause = exc
+            finally:
+                self._stream_up = False
+                if writer is not None:
+                    writer.cancel()
+                if call is not None:
+                    call.cancel()
+            if cause is None:
+                continue
+            mapped: BaseException = cause
+            if isinstance(cause, grpc.aio.AioRpcError):
+                if is_auth_token_error(cause) and self._client._auth is not None:
+                    with contextlib.suppress(Exception):
+                        await self._client._auth.refresh()
+                mapped = map_grpc_error(cause, op="watch", endpoints=self._client._spec.description)
+            log.debug("watch stream failed: %r", mapped)
+            for watch in list(self._watchers.values()):
+                watch._on_failure(mapped)
+            if attempt == 0:
+                failed_since = time.monotonic()
+            attempt += 1
+            delay = _HUB_BACKOFF.next_delay(attempt, time.monotonic() - failed_since) or 1.0
+            await asyncio.sleep(delay)
+
+    async def _write_loop(self, call: Any) -> None:
+        while True:
+            request = await self._outbox.get()
+            await call.write(request)
+
+    def _dispatch(self, msg: Any) -> None:
+        revision = int(msg.header.revision)
+        wid = int(msg.watch_id)
+        if wid == -1:  # reply to a progress request: applies to every synced watcher
+            for watch in self._watchers.values():
+                watch._on_progress(revision)
+            return
+        target = self._watchers.get(wid)
+        if target is None:
+            return
+        watch = target
+        if msg.created:
+            watch._on_created(revision)
+        if msg.canceled:
+            watch._server_active = False
+            if msg.compact_revision > 0:
+                watch._on_compacted(int(msg.compact_revision))
+                return
+            reason = str(msg.cancel_reason)
+            self._on_server_cancel(watch, reason)
+            return
+        if msg.events:
+            events = [self._convert(ev) for ev in msg.events]
+            watch._on_events(events, revision)
+        elif not msg.created:
+            watch._on_progress(revision)
+
+    def _on_server_cancel(self, watch: Watch, reason: str) -> None:
+        low = reason.lower()
+        if "permission denied" in low:
+            watch._error = PermissionDeniedError(f"watch on {watch.key!r}: permission denied")
+            watch._close_now()
+            return
+        cause = EtcdRecipeError(f"the server cancelled the watch: {reason or 'no reason given'}")
+        if not watch._on_failure(cause):
+            return
+        delay = watch._resilience.retry_policy.next_delay(max(watch._attempt, 1), 0.0) or 0.05
+        if "auth" in low or "token" in low:
+            # The stream's token is stale: refresh it and rebuild the whole stream.
+            asyncio.get_running_loop().create_task(self._refresh_and_restart())
+            return
+        asyncio.get_running_loop().call_later(delay, self.recreate, watch)
+
+    async def _refresh_and_restart(self) -> None:
+        if self._client._auth is not None:
+            with contextlib.suppress(Exception):
+                await self._client._auth.refresh()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if self._watchers and not self._closed:
+            self._task = asyncio.get_running_loop().create_task(self._supervise())
+
+    def _convert(self, ev: Any) -> WatchEvent:
+        strip = self._client._strip
+        kv = _kv(ev.kv, strip)
+        prev = _kv(ev.prev_kv, strip) if ev.HasField("prev_kv") else None
+        etype = EventType.DELETE if ev.type == pb.Event.DELETE else EventType.PUT
+        return WatchEvent(etype, kv, prev)
+
+
+def _kv(pb_kv: Any, strip: Callable[[bytes], bytes]) -> KeyValue:
+    kv = KeyValue._from_pb(pb_kv)
+    stripped = strip(kv.key)
+    if stripped is kv.key:
+        return kv
+    return KeyValue(stripped, kv.value, kv.create_revision, kv.mod_revision, kv.version, kv.lease)

@@ -1,0 +1,816 @@
+"""The transport: :func:`connect` and :class:`EtcdClient`.
+
+One ``grpc.aio`` channel per client (stubs from ``aetcd.rpc``), several endpoints with
+failover, TLS and mutual TLS, user/password auth with token refresh, an optional key
+namespace, keepalive pings so a dead or blackholed peer is noticed in seconds, and one retry
+funnel for unary calls. Watches share one multiplexed stream, leases one keep-alive stream.
+
+Example::
+
+    async with connect("127.0.0.1:2379") as client:
+        await client.put("/greeting", "hello")
+        kv = await client.get("/greeting")
+        print(kv.text)
+
+A client belongs to the event loop that opened it and to the process that created it: using it
+from another loop, or in a child after ``fork()``, raises
+:class:`~etcd_recipes.errors.WrongEventLoopError` / :class:`~etcd_recipes.errors.ForkedProcessError`
+instead of hanging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import anyio
+import grpc
+from aetcd import rpc as pb
+
+from ._core.endpoints import ChannelSpec, build_channel
+from ._core.keys import key_bytes, prefix_range_end
+from ._core.lease import (
+    AcquisitionLease,
+    EstablishHook,
+    LeaseKeeper,
+    SelfHealingLease,
+    validate_ttl,
+)
+from ._core.rpc import AuthManager, RpcRunner, map_grpc_error
+from ._core.txn import AnyOp, Compare, DeleteOp, GetOp, PutOp, TxnOp
+from ._core.watch import ResyncHook, Watch, WatchHub
+from .codecs import Codec, to_bytes
+from .errors import (
+    ClientClosedError,
+    EtcdConnectionError,
+    EtcdRecipeError,
+    ForkedProcessError,
+    InvalidArgumentError,
+    WrongEventLoopError,
+)
+from .resilience import LeaseResilience, ResilienceConfig, RpcResilience, WatchResilience
+from .types import (
+    DeleteResult,
+    KeyValue,
+    LeaseGrant,
+    LeaseInfo,
+    Member,
+    PutResult,
+    RangeResult,
+    SortOrder,
+    SortTarget,
+    Status,
+    TxnResult,
+)
+
+__all__ = ["EtcdClient", "connect"]
+
+log = logging.getLogger("etcd_recipes.client")
+
+_UNSET: Any = ...
+
+
+class EtcdClient:
+    """An async etcd v3 client. Create it with :func:`connect` and use it as ``async with``.
+
+    Keys accept ``str`` (UTF-8) or ``bytes``; values too. Results are small dataclasses from
+    :mod:`etcd_recipes.types`. Every unary call takes ``timeout=`` (seconds per attempt,
+    overriding the resilience config).
+
+    Example::
+
+        async with connect(["10.0.0.1:2379", "10.0.0.2:2379"], namespace="/app") as client:
+            rev = (await client.put("/k", b"v")).revision
+            async with client.watch("/k", start_revision=rev + 1) as watch:
+                ...
+    """
+
+    def __init__(
+        self,
+        spec: ChannelSpec,
+        *,
+        user: str | None,
+        password: str | None,
+        namespace: bytes,
+        resilience: ResilienceConfig,
+        connect_timeout: float,
+    ) -> None:
+        self._spec = spec
+        self._resilience = resilience
+        self._namespace = namespace
+        self._connect_timeout = connect_timeout
+        self._auth = AuthManager(user, password or "") if user is not None else None
+        self._runner = RpcRunner(resilience.rpc, resilience.metrics, self._auth, spec.description)
+        self._channel: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pid = os.getpid()
+        self._state = "new"
+        self._watches: WatchHub | None = None
+        self._lease_keeper: LeaseKeeper | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def endpoints(self) -> str:
+        """The configured endpoints, comma-separated."""
+        return self._spec.description
+
+    @property
+    def namespace(self) -> bytes:
+        """The key prefix applied to every key (``b""`` for none)."""
+        return self._namespace
+
+    @property
+    def resilience(self) -> ResilienceConfig:
+        """The resilience settings of this client."""
+        return self._resilience
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the client is open (between :meth:`open` and :meth:`aclose`)."""
+        return self._state == "open"
+
+    async def open(self) -> EtcdClient:
+        """Open the channel, authenticate if configured, and check that a server answers.
+
+        Raises :class:`~etcd_recipes.errors.EtcdConnectionError` (or a subclass) when no
+        endpoint answers within ``connect_timeout``.
+        """
+        if self._state == "open":
+            return self
+        if self._state == "closed":
+            raise ClientClosedError("this client was closed; create a new one with connect()")
+        self._loop = asyncio.get_running_loop()
+        self._pid = os.getpid()
+        self._channel = build_channel(self._spec)
+        if self._auth is not None:
+            self._auth.bind(self._channel)
+        self._state = "open"
+        self._watches = WatchHub(self)
+        self._lease_keeper = LeaseKeeper(self)
+        try:
+            await self._verify()
+        except BaseException:
+            await self.aclose()
+            raise
+        return self
+
+    async def _verify(self) -> None:
+        try:
+            with anyio.fail_after(self._connect_timeout):
+                while True:
+                    try:
+                        if self._auth is not None:
+                            await self._auth.refresh(timeout=self._connect_timeout)
+                        await pb.MaintenanceStub(self._channel).Status(
+                            pb.StatusRequest(),
+                            timeout=self._connect_timeout,
+                            metadata=self._runner.metadata(),
+                            wait_for_ready=True,
+                        )
+                        return
+                    except grpc.aio.AioRpcError as exc:
+                        mapped = map_grpc_error(exc, op="connect", endpoints=self.endpoints)
+                        if not isinstance(mapped, EtcdConnectionError) or _is_tls(mapped):
+                            raise mapped from None
+                        await asyncio.sleep(0.05)
+        except TimeoutError:
+            raise EtcdConnectionError(
+                f"no etcd endpoint answered within {self._connect_timeout}s: [{self.endpoints}]"
+            ) from None
+
+    async def aclose(self) -> None:
+        """Stop watches and keep-alives and close the channel; idempotent.
+
+        Leases are not revoked here: recipes revoke their own; a bare lease dies at its TTL.
+        """
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        with anyio.CancelScope(shield=True):
+            if self._watches is not None:
+                await self._watches.aclose()
+            if self._lease_keeper is not None:
+                await self._lease_keeper.aclose()
+            if self._channel is not None:
+                with contextlib.suppress(Exception):
+                    await self._channel.close()
+
+    async def __aenter__(self) -> EtcdClient:
+        return await self.open()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def _check(self) -> None:
+        if self._state != "open":
+            raise ClientClosedError(
+                "the client is not open: use 'async with connect(...)' or 'await client.open()'"
+                if self._state == "new"
+                else "the client was closed"
+            )
+        if os.getpid() != self._pid:
+            raise ForkedProcessError(
+                "this client was created in another process (before fork()); gRPC channels "
+                "cannot cross fork: create a new client in the child"
+            )
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise WrongEventLoopError(
+                "EtcdClient methods must be awaited in its event loop"
+            ) from None
+        if loop is not self._loop:
+            raise WrongEventLoopError(
+                "this client belongs to another event loop; create one client per loop "
+                "(or use etcd_recipes.sync from threads)"
+            )
+
+    def _channel_or_raise(self) -> Any:
+        self._check()
+        return self._channel
+
+    @property
+    def _leases(self) -> LeaseKeeper:
+        self._check()
+        assert self._lease_keeper is not None
+        return self._lease_keeper
+
+    @property
+    def _watch_hub(self) -> WatchHub:
+        self._check()
+        assert self._watches is not None
+        return self._watches
+
+    # ------------------------------------------------------------------ namespacing
+
+    def _k(self, key: bytes | str) -> bytes:
+        return self._namespace + key_bytes(key)
+
+    def _end(self, key: bytes, prefix: bool, range_end: bytes | str | None) -> bytes:
+        """The namespaced ``range_end`` for a prefix/range request (``key`` already namespaced)."""
+        if prefix:
+            if range_end is not None:
+                raise InvalidArgumentError("give either prefix=True or range_end=, not both")
+            return prefix_range_end(key)
+        if range_end is None:
+            return b""
+        end = key_bytes(range_end, allow_empty=True)
+        if end == b"\x00":  # "every key from key on": stay inside the namespace
+            return prefix_range_end(self._namespace) if self._namespace else end
+        return self._namespace + end
+
+    def _strip(self, key: bytes) -> bytes:
+        if self._namespace and key.startswith(self._namespace):
+            return key[len(self._namespace) :]
+        return key
+
+    def _kv(self, pb_kv: Any) -> KeyValue:
+        kv = KeyValue._from_pb(pb_kv)
+        if not self._namespace:
+            return kv
+        return KeyValue(
+            self._strip(kv.key), kv.value, kv.create_revision, kv.mod_revision, kv.version, kv.lease
+        )
+
+    # ------------------------------------------------------------------ calls
+
+    async def _call(
+        self,
+        op: str,
+        method: str,
+        stub_cls: Any,
+        request: Any,
+        *,
+        retry: bool = True,
+        timeout: float | None = _UNSET,
+        resilience: RpcResilience | None = None,
+    ) -> Any:
+        channel = self._channel_or_raise()
+        fn = getattr(stub_cls(channel), method)
+        return await self._runner.call(
+            op, fn, request, retry=retry, timeout=timeout, resilience=resilience
+        )
+
+    # ------------------------------------------------------------------ KV
+
+    def _range_request(
+        self,
+        key: bytes | str,
+        *,
+        prefix: bool = False,
+        range_end: bytes | str | None = None,
+        limit: int = 0,
+        revision: int = 0,
+        sort_target: SortTarget = SortTarget.KEY,
+        sort_order: SortOrder = SortOrder.NONE,
+        keys_only: bool = False,
+        count_only: bool = False,
+        serializable: bool = False,
+    ) -> Any:
+        if limit < 0 or revision < 0:
+            raise InvalidArgumentError("limit and revision must be >= 0")
+        k = self._k(key)
+        return pb.RangeRequest(
+            key=k,
+            range_end=self._end(k, prefix, range_end),
+            limit=limit,
+            revision=revision,
+            sort_target=int(sort_target),
+            sort_order=int(sort_order),
+            keys_only=keys_only,
+            count_only=count_only,
+            serializable=serializable,
+        )
+
+    def _range_result(self, resp: Any) -> RangeResult:
+        return RangeResult(
+            kvs=[self._kv(kv) for kv in resp.kvs],
+            count=int(resp.count),
+            more=bool(resp.more),
+            revision=int(resp.header.revision),
+        )
+
+    async def get(
+        self,
+        key: bytes | str,
+        *,
+        revision: int = 0,
+        serializable: bool = False,
+        timeout: float | None = _UNSET,
+    ) -> KeyValue | None:
+        """Read one key; ``None`` when it does not exist.
+
+        Example::
+
+            kv = await client.get("/config/mode")
+        """
+        req = self._range_request(key, revision=revision, serializable=serializable)
+        resp = await self._call("get", "Range", pb.KVStub, req, timeout=timeout)
+        return self._kv(resp.kvs[0]) if resp.kvs else None
+
+    async def range(
+        self,
+        key: bytes | str,
+        *,
+        prefix: bool = False,
+        range_end: bytes | str | None = None,
+        limit: int = 0,
+        revision: int = 0,
+        sort_target: SortTarget = SortTarget.KEY,
+        sort_order: SortOrder = SortOrder.NONE,
+        keys_only: bool = False,
+        count_only: bool = False,
+        serializable: bool = False,
+        timeout: float | None = _UNSET,
+    ) -> RangeResult:
+        """Read a key, a prefix (``prefix=True``) or the range ``[key, range_end)``.
+
+        Example::
+
+            first = await client.range("/q/", prefix=True, sort_target=SortTarget.MOD,
+                                       sort_order=SortOrder.ASCEND, limit=1)
+            n = (await client.range("/q/", prefix=True, count_only=True)).count
+        """
+        req = self._range_request(
+            key,
+            prefix=prefix,
+            range_end=range_end,
+            limit=limit,
+            revision=revision,
+            sort_target=sort_target,
+            sort_order=sort_order,
+            keys_only=keys_only,
+            count_only=count_only,
+            serializable=serializable,
+        )
+        resp = await self._call("range", "Range", pb.KVStub, req, timeout=timeout)
+        return self._range_result(resp)
+
+    async def get_prefix(
+        self, prefix: bytes | str, *, timeout: float | None = _UNSET, **kwargs: Any
+    ) -> RangeResult:
+        """Shorthand for ``range(prefix, prefix=True, ...)``."""
+        return await self.range(prefix, prefix=True, timeout=timeout, **kwargs)
+
+    async def count(self, prefix: bytes | str, *, timeout: float | None = _UNSET) -> int:
+        """How many keys start with ``prefix`` (one count-only RPC)."""
+        return (await self.range(prefix, prefix=True, count_only=True, timeout=timeout)).count
+
+    async def put(
+        self,
+        key: bytes | str,
+        value: bytes | str,
+        *,
+        lease: int = 0,
+        prev_kv: bool = False,
+        timeout: float | None = _UNSET,
+    ) -> PutResult:
+        """Write ``value`` at ``key`` (optionally attached to ``lease``).
+
+        Example::
+
+            rev = (await client.put("/k", "v")).revision
+        """
+        req = pb.PutRequest(key=self._k(key), value=to_bytes(value), lease=lease, prev_kv=prev_kv)
+        resp = await self._call("put", "Put", pb.KVStub, req, timeout=timeout)
+        prev = self._kv(resp.prev_kv) if resp.HasField("prev_kv") else None
+        return PutResult(revision=int(resp.header.revision), prev_kv=prev)
+
+    async def delete(
+        self,
+        key: bytes | str,
+        *,
+        prefix: bool = False,
+        range_end: bytes | str | None = None,
+        prev_kv: bool = False,
+        timeout: float | None = _UNSET,
+    ) -> DeleteResult:
+        """Delete a key, a prefix (``prefix=True``) or the range ``[key, range_end)``.
+
+        Example::
+
+            n = (await client.delete("/jobs/", prefix=True)).deleted
+        """
+        k = self._k(key)
+        req = pb.DeleteRangeRequest(
+            key=k, range_end=self._end(k, prefix, range_end), prev_kv=prev_kv
+        )
+        resp = await self._call("delete", "DeleteRange", pb.KVStub, req, timeout=timeout)
+        return self._delete_result(resp)
+
+    def _delete_result(self, resp: Any) -> DeleteResult:
+        return DeleteResult(
+            deleted=int(resp.deleted),
+            revision=int(resp.header.revision),
+            prev_kvs=[self._kv(kv) for kv in resp.prev_kvs],
+        )
+
+    # ------------------------------------------------------------------ transactions
+
+    def _compare_pb(self, c: Compare) -> Any:
+        k = self._k(c.key)
+        fields: dict[str, Any] = {
+            "key": k,
+            "target": int(c.target),
+            "result": int(c.result),
+            "range_end": self._end(k, c.prefix, c.range_end),
+        }
+        name = {0: "version", 1: "create_revision", 2: "mod_revision", 3: "value", 4: "lease"}
+        fields[name[int(c.target)]] = c.operand
+        return pb.Compare(**fields)
+
+    def _op_pb(self, op: AnyOp) -> Any:
+        if isinstance(op, PutOp):
+            return pb.RequestOp(
+                request_put=pb.PutRequest(
+                    key=self._k(op.key), value=op.value, lease=op.lease, prev_kv=op.prev_kv
+                )
+            )
+        if isinstance(op, DeleteOp):
+            k = self._k(op.key)
+            return pb.RequestOp(
+                request_delete_range=pb.DeleteRangeRequest(
+                    key=k, range_end=self._end(k, op.prefix, op.range_end), prev_kv=op.prev_kv
+                )
+            )
+        if isinstance(op, GetOp):
+            return pb.RequestOp(
+                request_range=self._range_request(
+                    op.key,
+                    prefix=op.prefix,
+                    range_end=op.range_end,
+                    limit=op.limit,
+                    sort_target=op.sort_target,
+                    sort_order=op.sort_order,
+                    keys_only=op.keys_only,
+                    count_only=op.count_only,
+                )
+            )
+        if isinstance(op, TxnOp):
+            return pb.RequestOp(request_txn=self._txn_pb(op.compare, op.success, op.failure))
+        raise InvalidArgumentError(f"not a transaction operation: {op!r} (use Op.put/get/delete)")
+
+    def _txn_pb(
+        self, compare: Sequence[Compare], success: Sequence[AnyOp], failure: Sequence[AnyOp]
+    ) -> Any:
+        for c in compare:
+            if not isinstance(c, Compare):
+                raise InvalidArgumentError(f"not a compare: {c!r} (build one with Cmp)")
+        return pb.TxnRequest(
+            compare=[self._compare_pb(c) for c in compare],
+            success=[self._op_pb(o) for o in success],
+            failure=[self._op_pb(o) for o in failure],
+        )
+
+    def _txn_result(self, resp: Any) -> TxnResult:
+        out: list[Any] = []
+        for r in resp.responses:
+            which = r.WhichOneof("response")
+            if which == "response_range":
+                out.append(self._range_result(r.response_range))
+            elif which == "response_put":
+                p = r.response_put
+                prev = self._kv(p.prev_kv) if p.HasField("prev_kv") else None
+                out.append(PutResult(int(p.header.revision), prev))
+            elif which == "response_delete_range":
+                out.append(self._delete_result(r.response_delete_range))
+            else:
+                out.append(self._txn_result(r.response_txn))
+        return TxnResult(bool(resp.succeeded), int(resp.header.revision), out)
+
+    async def txn(
+        self,
+        compare: Sequence[Compare],
+        success: Sequence[AnyOp] = (),
+        failure: Sequence[AnyOp] = (),
+        *,
+        timeout: float | None = _UNSET,
+    ) -> TxnResult:
+        """Run a transaction: if every compare holds, the ``success`` ops, else ``failure``.
+
+        Never retried (a timed-out commit may have landed): the caller decides.
+
+        Example::
+
+            r = await client.txn([Cmp.missing("/leader")], [Op.put("/leader", b"me")])
+            print("won" if r.succeeded else "lost")
+        """
+        req = self._txn_pb(compare, success, failure)
+        resp = await self._call("txn", "Txn", pb.KVStub, req, retry=False, timeout=timeout)
+        return self._txn_result(resp)
+
+    async def compact(
+        self, revision: int, *, physical: bool = False, timeout: float | None = _UNSET
+    ) -> None:
+        """Discard history older than ``revision`` (watches below it get a compaction error)."""
+        req = pb.CompactionRequest(revision=revision, physical=physical)
+        await self._call("compact", "Compact", pb.KVStub, req, timeout=timeout)
+
+    # ------------------------------------------------------------------ typed helpers
+
+    async def get_value(self, key: bytes | str, codec: Codec[Any], *, default: Any = None) -> Any:
+        """Read ``key`` and decode it with ``codec``; ``default`` when absent.
+
+        A decode failure raises :class:`~etcd_recipes.errors.CodecError`.
+
+        Example::
+
+            n = await client.get_value("/counters/x", INT64, default=0)
+        """
+        kv = await self.get(key)
+        return default if kv is None else codec.decode(kv.value)
+
+    async def put_value(
+        self, key: bytes | str, value: Any, codec: Codec[Any], *, lease: int = 0
+    ) -> PutResult:
+        """Encode ``value`` with ``codec`` and write it at ``key``.
+
+        Example::
+
+            await client.put_value("/config", {"mode": "on"}, JSON)
+        """
+        return await self.put(key, codec.encode(value), lease=lease)
+
+    # ------------------------------------------------------------------ cluster
+
+    async def status(self, *, timeout: float | None = _UNSET) -> Status:
+        """The status of the member that answers (version, leader, revision, ...)."""
+        resp = await self._call(
+            "status", "Status", pb.MaintenanceStub, pb.StatusRequest(), timeout=timeout
+        )
+        return Status(
+            version=str(resp.version),
+            db_size=int(resp.dbSize),
+            leader=int(resp.leader),
+            member_id=int(resp.header.member_id),
+            raft_index=int(resp.raftIndex),
+            raft_term=int(resp.raftTerm),
+            revision=int(resp.header.revision),
+            errors=[str(e) for e in resp.errors],
+        )
+
+    async def member_list(self, *, timeout: float | None = _UNSET) -> list[Member]:
+        """The members of the cluster."""
+        resp = await self._call(
+            "member_list", "MemberList", pb.ClusterStub, pb.MemberListRequest(), timeout=timeout
+        )
+        return [
+            Member(
+                id=int(m.ID),
+                name=str(m.name),
+                peer_urls=list(m.peerURLs),
+                client_urls=list(m.clientURLs),
+                is_learner=bool(m.isLearner),
+            )
+            for m in resp.members
+        ]
+
+    async def ping(self) -> bool:
+        """True if a count-only read of ``health-check-probe`` succeeds (never raises)."""
+        try:
+            await self.range("health-check-probe", count_only=True)
+        except EtcdRecipeError:
+            return False
+        return True
+
+    # ------------------------------------------------------------------ leases
+
+    async def lease_grant(self, ttl: float, *, timeout: float | None = _UNSET) -> LeaseGrant:
+        """Grant a lease of ``ttl`` whole seconds (the server may grant more).
+
+        Prefer :meth:`lease` (kept alive, revoked on exit) for anything but one-off keys.
+        """
+        req = pb.LeaseGrantRequest(TTL=validate_ttl(ttl))
+        resp = await self._call("lease_grant", "LeaseGrant", pb.LeaseStub, req, timeout=timeout)
+        return LeaseGrant(id=int(resp.ID), ttl=int(resp.TTL))
+
+    async def lease_revoke(self, lease_id: int, *, timeout: float | None = _UNSET) -> bool:
+        """Revoke a lease, deleting its keys. Best-effort: False (logged) instead of raising."""
+        try:
+            await self._call(
+                "lease_revoke",
+                "LeaseRevoke",
+                pb.LeaseStub,
+                pb.LeaseRevokeRequest(ID=lease_id),
+                retry=False,
+                timeout=timeout,
+            )
+            return True
+        except EtcdRecipeError as exc:
+            log.info("revoking lease %x failed (it will expire at its TTL): %s", lease_id, exc)
+            return False
+
+    async def lease_time_to_live(
+        self, lease_id: int, *, keys: bool = False, timeout: float | None = _UNSET
+    ) -> LeaseInfo:
+        """A lease's remaining TTL (``-1`` when it does not exist) and, optionally, its keys."""
+        req = pb.LeaseTimeToLiveRequest(ID=lease_id, keys=keys)
+        resp = await self._call(
+            "lease_time_to_live", "LeaseTimeToLive", pb.LeaseStub, req, timeout=timeout
+        )
+        return LeaseInfo(
+            id=int(resp.ID),
+            ttl=int(resp.TTL),
+            granted_ttl=int(resp.grantedTTL),
+            keys=[self._strip(bytes(k)) for k in resp.keys],
+        )
+
+    async def lease_keep_alive_once(self, lease_id: int) -> int:
+        """Renew a lease once on the shared stream's schedule-free path; returns the new TTL
+        (``0`` when the lease no longer exists)."""
+        stub = pb.LeaseStub(self._channel_or_raise())
+        call = stub.LeaseKeepAlive(metadata=self._runner.metadata())
+        try:
+            await call.write(pb.LeaseKeepAliveRequest(ID=lease_id))
+            msg = await call.read()
+        except grpc.aio.AioRpcError as exc:
+            raise map_grpc_error(exc, op="lease_keep_alive", endpoints=self.endpoints) from None
+        finally:
+            call.cancel()
+        return 0 if msg is grpc.aio.EOF else int(msg.TTL)
+
+    def lease(self, ttl: float) -> AcquisitionLease:
+        """A lease kept alive in the background, revoked on exit, **never re-granted**.
+
+        Example::
+
+            async with client.lease(5) as lease:
+                await client.put("/presence/me", b"1", lease=lease.id)
+                await lease.wait_lost()  # returns only if the lease is lost
+        """
+        return AcquisitionLease(self, ttl)
+
+    def self_healing_lease(
+        self, ttl: float, establish: EstablishHook, *, resilience: LeaseResilience | None = None
+    ) -> SelfHealingLease:
+        """A presence lease that is re-granted after loss, re-running ``establish``.
+
+        See :class:`~etcd_recipes._core.lease.SelfHealingLease`.
+        """
+        return SelfHealingLease(self, ttl, establish, resilience=resilience)
+
+    # ------------------------------------------------------------------ watches
+
+    def watch(
+        self,
+        key: bytes | str,
+        *,
+        prefix: bool = False,
+        range_end: bytes | str | None = None,
+        start_revision: int = 0,
+        prev_kv: bool = False,
+        no_put: bool = False,
+        no_delete: bool = False,
+        resync: ResyncHook | None = None,
+        resilience: WatchResilience | None = None,
+    ) -> Watch:
+        """Watch a key, a prefix or a range; use as ``async with`` and iterate.
+
+        ``start_revision`` replays history from that revision (``0``: from now). Anchor at a
+        read's ``revision + 1`` to miss nothing between the read and the watch. ``resync`` is
+        called when the needed history was compacted: re-read the state and return the
+        revision to continue from; without it, a compaction raises
+        :class:`~etcd_recipes.errors.CompactedError`.
+
+        Example::
+
+            async with client.watch("/jobs/", prefix=True) as watch:
+                async for item in watch:
+                    print(item)
+        """
+        if start_revision < 0:
+            raise InvalidArgumentError("start_revision must be >= 0")
+        display = key_bytes(key)
+        k = self._k(key)
+        return Watch(
+            self._watch_hub,
+            k,
+            self._end(k, prefix, range_end) or None,
+            start_revision=start_revision,
+            prev_kv=prev_kv,
+            no_put=no_put,
+            no_delete=no_delete,
+            resync=resync,
+            resilience=resilience or self._resilience.watch,
+            display_key=display,
+        )
+
+    def request_progress(self) -> None:
+        """Ask the server for a progress notification on the watch stream."""
+        self._watch_hub.request_progress()
+
+
+def _is_tls(err: EtcdRecipeError) -> bool:
+    from .errors import TlsHandshakeError
+
+    return isinstance(err, TlsHandshakeError)
+
+
+def connect(
+    endpoints: str | Sequence[str] | None = None,
+    *,
+    user: str | None = None,
+    password: str | None = None,
+    ca_cert: str | bytes | Path | None = None,
+    cert: str | bytes | Path | None = None,
+    key: str | bytes | Path | None = None,
+    namespace: str | bytes | None = None,
+    resilience: ResilienceConfig | None = None,
+    connect_timeout: float = 5.0,
+    keepalive_time: float = 5.0,
+    keepalive_timeout: float = 2.0,
+) -> EtcdClient:
+    """Configure a client (no I/O); ``async with`` (or ``await client.open()``) connects.
+
+    :param endpoints: ``"host:port"``, ``"http://host:port"``, ``"https://host:port"``, a list
+        of those, or a comma-separated string; ``None`` reads ``$ETCD_ENDPOINTS``.
+        ``https://`` (or ``ca_cert=``) turns TLS on.
+    :param user: user name for etcd auth (``password`` with it); tokens are refreshed on expiry.
+    :param ca_cert: CA bundle (path or PEM) to verify servers; ``cert``/``key`` add a client
+        certificate (mutual TLS).
+    :param namespace: a prefix transparently added to every key and removed from results.
+    :param resilience: retry, watch-recovery and lease-healing settings, plus metrics.
+    :param connect_timeout: seconds to wait for a first answer on ``open()``.
+    :param keepalive_time: seconds between gRPC keepalive pings. etcd rejects pings more
+        frequent than its ``--grpc-keepalive-min-time`` (5 s by default) with ``too_many_pings``.
+    :param keepalive_timeout: seconds to wait for a ping ack before declaring the peer dead.
+
+    Example::
+
+        async with connect("https://etcd.example:2379", ca_cert="ca.pem",
+                           user="app", password=secret) as client:
+            ...
+    """
+    if (user is None) != (password is None):
+        raise InvalidArgumentError("give both user= and password=, or neither")
+    if not connect_timeout > 0:
+        raise InvalidArgumentError("connect_timeout must be > 0")
+    spec = ChannelSpec.create(
+        endpoints,
+        ca_cert=ca_cert,
+        cert=cert,
+        key=key,
+        keepalive_time=keepalive_time,
+        keepalive_timeout=keepalive_timeout,
+    )
+    ns = b"" if namespace is None else key_bytes(namespace, allow_empty=True)
+    return EtcdClient(
+        spec,
+        user=user,
+        password=password,
+        namespace=ns,
+        resilience=resilience or ResilienceConfig(),
+        connect_timeout=connect_timeout,
+    )

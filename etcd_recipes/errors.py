@@ -1,0 +1,233 @@
+"""The exception hierarchy of etcd-recipes.
+
+Every error this library raises derives from :class:`EtcdRecipeError`. Raw gRPC errors never
+leak to callers: :func:`etcd_recipes._core.rpc.map_grpc_error` translates them into the classes
+below, each with a message a user can act on.
+
+Misuse errors are also the matching built-in (``ValueError``/``RuntimeError``), and timeouts
+are also ``TimeoutError``, so ordinary ``except`` clauses keep working::
+
+    try:
+        await client.put("", b"x")
+    except ValueError as exc:  # EmptyKeyError is a ValueError too
+        print(exc)
+
+Cancellation is never wrapped: a cancelled call re-raises the caller's own cancellation.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AlreadyStartedError",
+    "AuthenticationError",
+    "ClaimLostError",
+    "ClientClosedError",
+    "CodecError",
+    "CompactedError",
+    "DuplicateKeyError",
+    "EmptyKeyError",
+    "EmptyPathError",
+    "EtcdConnectionError",
+    "EtcdRecipeError",
+    "EtcdServerError",
+    "EtcdTimeoutError",
+    "ForkedProcessError",
+    "FutureRevisionError",
+    "InvalidArgumentError",
+    "InvalidEndpointError",
+    "LeadershipLostError",
+    "LeaseNotFoundError",
+    "LockLostError",
+    "LostError",
+    "NotLeaderError",
+    "NotStartedError",
+    "PermissionDeniedError",
+    "PermitLostError",
+    "RecipeClosedError",
+    "RetriesExhaustedError",
+    "TlsHandshakeError",
+    "TooManyOperationsError",
+    "UsageError",
+    "ValueTooLargeError",
+    "WatchFailedError",
+    "WrongEventLoopError",
+]
+
+
+class EtcdRecipeError(Exception):
+    """Root of every error raised by etcd-recipes.
+
+    Example::
+
+        try:
+            await client.get("/k")
+        except EtcdRecipeError as exc:
+            log.warning("etcd call failed: %s", exc)
+    """
+
+
+# --------------------------------------------------------------------------- transport
+
+
+class EtcdConnectionError(EtcdRecipeError):
+    """No etcd endpoint could be reached (gRPC ``UNAVAILABLE``).
+
+    The message names the endpoints tried and the last transport error.
+    """
+
+
+class TlsHandshakeError(EtcdConnectionError):
+    """The TLS handshake failed: wrong CA, missing client certificate, or a plain-text server."""
+
+
+class EtcdTimeoutError(EtcdRecipeError, TimeoutError):
+    """An operation or a wait did not finish in time. Also a built-in :class:`TimeoutError`."""
+
+
+class RetriesExhaustedError(EtcdRecipeError):
+    """A retried operation gave up; the last failure is chained as ``__cause__``.
+
+    ``attempts`` is the number of attempts made.
+    """
+
+    def __init__(self, message: str, *, attempts: int) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+
+
+class AuthenticationError(EtcdRecipeError):
+    """Authentication failed: wrong user name or password, or auth is not enabled."""
+
+
+class PermissionDeniedError(EtcdRecipeError):
+    """The authenticated user lacks the role needed for this key or operation."""
+
+
+class EtcdServerError(EtcdRecipeError):
+    """Any other error reported by the etcd server.
+
+    ``code`` is the gRPC status name (for example ``"FAILED_PRECONDITION"``) and ``details`` the
+    server's message.
+    """
+
+    def __init__(self, message: str, *, code: str = "", details: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+        self.details = details
+
+
+class CompactedError(EtcdRecipeError):
+    """The requested revision has been compacted away.
+
+    ``compact_revision`` is the oldest revision still available, when the server said so
+    (``0`` when unknown).
+    """
+
+    def __init__(self, message: str, *, compact_revision: int = 0) -> None:
+        super().__init__(message)
+        self.compact_revision = compact_revision
+
+
+class FutureRevisionError(EtcdRecipeError, ValueError):
+    """A read asked for a revision the server has not reached yet."""
+
+
+class LeaseNotFoundError(EtcdRecipeError):
+    """The lease does not exist (it expired or was revoked)."""
+
+
+class WatchFailedError(EtcdRecipeError):
+    """A watch gave up recovering (its retry policy was exhausted); the cause is chained."""
+
+
+class NotLeaderError(EtcdRecipeError):
+    """An election operation was made with a stale leadership key."""
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+class InvalidArgumentError(EtcdRecipeError, ValueError):
+    """A value passed to etcd-recipes is not acceptable. Also a built-in :class:`ValueError`."""
+
+
+class InvalidEndpointError(InvalidArgumentError):
+    """An endpoint string could not be parsed (expected ``host:port`` or an http(s) URL)."""
+
+
+class EmptyKeyError(InvalidArgumentError):
+    """A key was empty; etcd rejects empty keys."""
+
+
+class EmptyPathError(InvalidArgumentError):
+    """A recipe path was empty."""
+
+
+class ValueTooLargeError(InvalidArgumentError):
+    """A request exceeded the server's size limit (``--max-request-bytes``, 1.5 MiB by default)."""
+
+
+class TooManyOperationsError(InvalidArgumentError):
+    """A transaction had more operations than the server allows (``--max-txn-ops``, 128)."""
+
+
+class DuplicateKeyError(InvalidArgumentError):
+    """A transaction wrote the same key twice."""
+
+
+class CodecError(InvalidArgumentError):
+    """A value could not be encoded or decoded by its codec; the codec's error is chained."""
+
+
+# --------------------------------------------------------------------------- misuse
+
+
+class UsageError(EtcdRecipeError, RuntimeError):
+    """The API was used in a way it does not support. Also a built-in :class:`RuntimeError`."""
+
+
+class ClientClosedError(UsageError):
+    """The client was used after ``aclose()`` (or before it was opened)."""
+
+
+class WrongEventLoopError(UsageError):
+    """An async client was used from an event loop other than the one that opened it."""
+
+
+class ForkedProcessError(UsageError):
+    """A client was used in a child process after ``fork()``; create clients after forking."""
+
+
+class AlreadyStartedError(UsageError):
+    """``start()`` was called twice on a one-shot recipe."""
+
+
+class NotStartedError(UsageError):
+    """The recipe needs ``start()`` (or ``async with``) before this call."""
+
+
+class RecipeClosedError(UsageError):
+    """The recipe was used after ``aclose()``."""
+
+
+# --------------------------------------------------------------------------- lost holds
+
+
+class LostError(EtcdRecipeError):
+    """An exclusive hold or claim was lost (its lease expired or its key was deleted)."""
+
+
+class LockLostError(LostError):
+    """A lock hold was lost while the body was running; the body was cancelled."""
+
+
+class PermitLostError(LostError):
+    """A semaphore permit was lost."""
+
+
+class LeadershipLostError(LostError):
+    """Leadership was lost (the term's lease expired or its key was deleted)."""
+
+
+class ClaimLostError(LostError):
+    """A work-queue claim was lost; another consumer may now process the item."""
