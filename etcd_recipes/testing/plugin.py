@@ -1,0 +1,194 @@
+"""pytest plugin with real-etcd fixtures (registered as the ``pytest11`` entry point).
+
+Fixtures:
+
+- ``etcd_server`` (session, sync): one :class:`~etcd_recipes.testing.EtcdServer` per test
+  session (per xdist worker). With ``ETCD_RECIPES_TEST_ENDPOINTS`` set, nothing is started and
+  an :class:`~etcd_recipes.testing.ExternalEtcdServer` is used instead; its process-control
+  methods then skip the test. Do not kill or pause it: use ``fresh_etcd_server``.
+- ``etcd_prefix`` (function): a unique key prefix, e.g. ``"/t/test_lock-a1b2c3/"``.
+- ``etcd_client`` (function, async; needs pytest-asyncio): an ``EtcdClient`` connected to
+  ``etcd_server``, created on the test's own event loop.
+- ``fresh_etcd_server`` (function, sync): a private server for destructive tests.
+- ``etcd_cluster`` (function, sync): a fresh 3-member cluster.
+- ``etcd_proxy`` (function, sync): a :class:`~etcd_recipes.testing.TcpProxy` in front of
+  ``etcd_server``.
+
+This module imports nothing heavy at import time: pytest loads it in every project that has
+etcd-recipes installed.
+
+Example::
+
+    async def test_put(etcd_client, etcd_prefix):
+        await etcd_client.put(etcd_prefix + "k", b"v")
+
+    def test_restart(fresh_etcd_server):
+        fresh_etcd_server.kill()
+        fresh_etcd_server.restart()
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from etcd_recipes.testing.cluster import EtcdCluster
+    from etcd_recipes.testing.proxy import TcpProxy
+    from etcd_recipes.testing.server import EtcdServer, ExternalEtcdServer
+
+try:
+    import pytest_asyncio
+except ImportError:  # pragma: no cover - depends on the environment
+    pytest_asyncio = None  # type: ignore[assignment]
+
+__all__ = [
+    "etcd_client",
+    "etcd_cluster",
+    "etcd_prefix",
+    "etcd_proxy",
+    "etcd_server",
+    "fresh_etcd_server",
+    "pytest_configure",
+]
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the ``slow`` marker.
+
+    Example::
+
+        @pytest.mark.slow
+        def test_leader_failover(etcd_cluster): ...
+    """
+    config.addinivalue_line(
+        "markers", "slow: fault-injection tests (restarts, pauses, clusters) on real etcd"
+    )
+
+
+def _external_server() -> ExternalEtcdServer | None:
+    from etcd_recipes.testing.server import ExternalEtcdServer
+
+    class _PytestExternalServer(ExternalEtcdServer):
+        def _unsupported(self, what: str) -> None:
+            pytest.skip(
+                f"{what}() needs an etcd started by the tests, but "
+                f"{self.ENV_ENDPOINTS} points at an external server"
+            )
+
+    server = _PytestExternalServer.from_env()
+    return server
+
+
+@pytest.fixture(scope="session")
+def etcd_server() -> Iterator[EtcdServer | ExternalEtcdServer]:
+    """A real etcd for the whole session (or the external one in ETCD_RECIPES_TEST_ENDPOINTS).
+
+    Example::
+
+        def test_endpoint(etcd_server):
+            assert etcd_server.etcdctl("endpoint", "health").returncode == 0
+    """
+    external = _external_server()
+    if external is not None:
+        yield external
+        return
+    from etcd_recipes.testing.server import EtcdServer
+
+    with EtcdServer() as server:
+        yield server
+
+
+@pytest.fixture
+def etcd_prefix(request: pytest.FixtureRequest) -> str:
+    """A key prefix unique to this test, like ``"/t/test_name-a1b2c3/"``.
+
+    Example::
+
+        async def test_queue(etcd_client, etcd_prefix):
+            queue = Queue(etcd_client, etcd_prefix + "queue")
+    """
+    name = _UNSAFE.sub("_", request.node.name).strip("_")[:60] or "test"
+    return f"/t/{name}-{secrets.token_hex(3)}/"
+
+
+async def _etcd_client(etcd_server: Any) -> AsyncIterator[Any]:
+    """An ``EtcdClient`` connected to ``etcd_server``, created on the test's event loop.
+
+    Example::
+
+        async def test_put_get(etcd_client, etcd_prefix):
+            await etcd_client.put(etcd_prefix + "k", b"v")
+    """
+    # Imported by name at run time: the plugin must not depend on the client at import time.
+    connect = importlib.import_module("etcd_recipes.client").connect
+
+    async with connect(**etcd_server.client_kwargs()) as client:
+        yield client
+
+
+if pytest_asyncio is not None:
+    etcd_client = pytest_asyncio.fixture(_etcd_client, name="etcd_client")
+else:  # pragma: no cover - depends on the environment
+
+    @pytest.fixture(name="etcd_client")
+    def etcd_client(etcd_server: Any) -> Any:
+        pytest.skip("the etcd_client fixture needs pytest-asyncio (pip install pytest-asyncio)")
+
+
+@pytest.fixture
+def fresh_etcd_server() -> Iterator[EtcdServer]:
+    """A private etcd for destructive tests (kill, restart, pause, compaction); stopped after.
+
+    Example::
+
+        def test_restart(fresh_etcd_server):
+            fresh_etcd_server.restart()
+    """
+    from etcd_recipes.testing.server import EtcdServer
+
+    with EtcdServer() as server:
+        yield server
+
+
+@pytest.fixture
+def etcd_cluster() -> Iterator[EtcdCluster]:
+    """A fresh 3-member cluster for fault tests; stopped after the test.
+
+    Example::
+
+        def test_failover(etcd_cluster):
+            etcd_cluster.leader().kill()
+            etcd_cluster.wait_for_leader()
+    """
+    from etcd_recipes.testing.cluster import EtcdCluster
+
+    with EtcdCluster(3) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def etcd_proxy(etcd_server: Any) -> Iterator[TcpProxy]:
+    """A :class:`~etcd_recipes.testing.TcpProxy` in front of ``etcd_server``.
+
+    Connect through ``etcd_proxy.url`` (``https://`` + ``etcd_proxy.endpoint`` for TLS) and
+    use ``cut()``/``blackhole()``/``restore()``; other tests' connections are unaffected.
+
+    Example::
+
+        async def test_reconnect(etcd_proxy):
+            async with connect(endpoints=[etcd_proxy.url]) as client:
+                etcd_proxy.cut()
+                await client.get("/k")
+    """
+    from etcd_recipes.testing.proxy import TcpProxy
+
+    with TcpProxy.for_endpoint(etcd_server.endpoint) as proxy:
+        yield proxy
