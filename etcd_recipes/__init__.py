@@ -1,1 +1,131 @@
-"""etcd-recipes: asyncio-native distributed coordination recipes over etcd v3."""
+"""etcd-recipes: asyncio-native distributed coordination recipes over etcd v3.
+
+The public async API is re-exported here; the blocking twin lives in :mod:`etcd_recipes.sync`.
+
+Example::
+
+    import asyncio
+    from etcd_recipes import connect
+
+    async def main() -> None:
+        async with connect("127.0.0.1:2379") as client:
+            await client.put("/hello", "world")
+            print((await client.get("/hello")).text)
+
+    asyncio.run(main())
+"""
+
+from __future__ import annotations
+
+from ._core.lease import AcquisitionLease, SelfHealingLease
+from ._core.txn import Cmp, Compare, Op
+from ._core.watch import Watch
+from .client import EtcdClient, connect
+from .codecs import (
+    BYTES,
+    INT32,
+    INT64,
+    JSON,
+    UTF8,
+    BytesCodec,
+    Codec,
+    Int32Codec,
+    Int64Codec,
+    JsonCodec,
+    PydanticCodec,
+    StrCodec,
+)
+from .errors import *  # noqa: F403
+from .errors import __all__ as _errors_all
+from .events import (
+    ConnectionState,
+    LeaseEvent,
+    LeaseExpired,
+    LeaseFailed,
+    LeaseRestored,
+    LeaseSuspended,
+    WatchFailed,
+    WatchRecoveryEvent,
+    WatchResubscribed,
+    WatchResynced,
+    WatchSuspended,
+)
+from .metrics import EtcdMetrics
+from .resilience import (
+    LeaseResilience,
+    ResilienceConfig,
+    RetryPolicy,
+    RpcResilience,
+    WatchResilience,
+)
+from .types import (
+    DeleteResult,
+    EventType,
+    KeyValue,
+    LeaseGrant,
+    LeaseInfo,
+    Member,
+    PutResult,
+    RangeResult,
+    SortOrder,
+    SortTarget,
+    Status,
+    TxnResult,
+    WatchEvent,
+)
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "BYTES",
+    "INT32",
+    "INT64",
+    "JSON",
+    "UTF8",
+    "AcquisitionLease",
+    "BytesCodec",
+    "Cmp",
+    "Codec",
+    "Compare",
+    "ConnectionState",
+    "DeleteResult",
+    "EtcdClient",
+    "EtcdMetrics",
+    "EventType",
+    "Int32Codec",
+    "Int64Codec",
+    "JsonCodec",
+    "KeyValue",
+    "LeaseEvent",
+    "LeaseExpired",
+    "LeaseFailed",
+    "LeaseGrant",
+    "LeaseInfo",
+    "LeaseRestored",
+    "LeaseResilience",
+    "LeaseSuspended",
+    "Member",
+    "Op",
+    "PutResult",
+    "PydanticCodec",
+    "RangeResult",
+    "ResilienceConfig",
+    "RetryPolicy",
+    "RpcResilience",
+    "SelfHealingLease",
+    "SortOrder",
+    "SortTarget",
+    "Status",
+    "StrCodec",
+    "TxnResult",
+    "Watch",
+    "WatchEvent",
+    "WatchFailed",
+    "WatchRecoveryEvent",
+    "WatchResilience",
+    "WatchResubscribed",
+    "WatchResynced",
+    "WatchSuspended",
+    "connect",
+    *_errors_all,
+]

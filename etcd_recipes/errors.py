@@ -36,6 +36,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidEndpointError",
     "LeadershipLostError",
+    "LeaseEventError",
     "LeaseNotFoundError",
     "LockLostError",
     "LostError",
@@ -134,6 +135,15 @@ class FutureRevisionError(EtcdRecipeError, ValueError):
 
 class LeaseNotFoundError(EtcdRecipeError):
     """The lease does not exist (it expired or was revoked)."""
+
+
+class LeaseEventError(EtcdRecipeError):
+    """A lease event (suspended, expired, failed) recorded as a recipe's background exception;
+    ``event`` is the :data:`~etcd_recipes.events.LeaseEvent`."""
+
+    def __init__(self, event: object) -> None:
+        super().__init__(f"lease event: {event}")
+        self.event = event
 
 
 class WatchFailedError(EtcdRecipeError):

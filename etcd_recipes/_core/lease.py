@@ -238,7 +238,7 @@ class _LeaseBase:
         self._client = client
         self.ttl = validate_ttl(ttl)
         """The requested TTL in whole seconds."""
-        self.listeners: ListenerSet[LeaseEvent] = ListenerSet("lease")
+        self.listeners: ListenerSet = ListenerSet("lease")
         self._reg: _Registration | None = None
 
     def add_listener(self, listener: Callable[[LeaseEvent], Any]) -> None:

@@ -11,30 +11,29 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 __all__ = ["ListenerSet"]
 
-E = TypeVar("E")
 log = logging.getLogger("etcd_recipes.listeners")
 
 
-class ListenerSet(Generic[E]):
-    """An ordered set of callbacks for events of type ``E``."""
+class ListenerSet:
+    """An ordered set of callbacks, called with the arguments given to :meth:`emit`."""
 
     def __init__(self, name: str, on_error: Callable[[str, BaseException], None] | None = None):
         self._name = name
-        self._listeners: list[Callable[[E], Any]] = []
+        self._listeners: list[Callable[..., Any]] = []
         self._on_error = on_error
         self._tasks: set[asyncio.Task[Any]] = set()
 
-    def add(self, listener: Callable[[E], Any]) -> None:
+    def add(self, listener: Callable[..., Any]) -> None:
         """Register ``listener`` (a plain or ``async`` callable taking the event)."""
         if not callable(listener):
             raise TypeError(f"{self._name} listener must be callable")
         self._listeners.append(listener)
 
-    def remove(self, listener: Callable[[E], Any]) -> None:
+    def remove(self, listener: Callable[..., Any]) -> None:
         """Unregister ``listener``; unknown listeners are ignored."""
         try:
             self._listeners.remove(listener)
@@ -44,17 +43,17 @@ class ListenerSet(Generic[E]):
     def __len__(self) -> int:
         return len(self._listeners)
 
-    def emit(self, event: E) -> None:
-        """Schedule every listener with ``event`` (returns immediately)."""
+    def emit(self, *args: Any) -> None:
+        """Schedule every listener with ``args`` (returns immediately)."""
         if not self._listeners:
             return
         loop = asyncio.get_running_loop()
         for listener in list(self._listeners):
-            loop.call_soon(self._invoke, listener, event)
+            loop.call_soon(self._invoke, listener, args)
 
-    def _invoke(self, listener: Callable[[E], Any], event: E) -> None:
+    def _invoke(self, listener: Callable[..., Any], args: tuple[Any, ...]) -> None:
         try:
-            result = listener(event)
+            result = listener(*args)
             if inspect.isawaitable(result):
                 task = asyncio.ensure_future(result)
                 self._tasks.add(task)

@@ -124,7 +124,7 @@ class Watch:
         self._state = "new"  # new -> active -> closed
         self._error: BaseException | None = None
         self._failed_sent = False
-        self.recovery_listeners: ListenerSet[WatchRecoveryEvent] = ListenerSet("watch-recovery")
+        self.recovery_listeners: ListenerSet = ListenerSet("watch-recovery")
 
     # ------------------------------------------------------------------ public surface
 

@@ -1,0 +1,284 @@
+"""The base class of every stateful recipe: lifecycle, background failures, connection state.
+
+Rules every recipe obeys (DESIGN §3):
+
+* constructors do no I/O; ``await recipe.start()`` (or ``async with recipe:``) does;
+* ``aclose()`` is idempotent; using a recipe after it raises :class:`RecipeClosedError`;
+* failures in background tasks are recorded (``exceptions``, exception listeners) and never
+  thrown into unrelated callers;
+* ``connection_state`` follows watch-recovery and lease events (reference.md §2.2); its
+  listeners fire once per change;
+* ``is_healthy()`` costs no I/O; ``await ping()`` does one count-only read.
+
+Recipes never close the client they were given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+import anyio
+
+from ..errors import AlreadyStartedError, NotStartedError, RecipeClosedError
+from ..events import ConnectionState, LeaseEvent, WatchRecoveryEvent, state_after
+from .keys import client_id as make_client_id
+from .keys import require_path
+from .listeners import ListenerSet
+from .logctx import recipe_context
+from .waiting import CLEANUP_TIMEOUT
+
+if TYPE_CHECKING:
+    from ..client import EtcdClient
+
+__all__ = ["BackgroundException", "Recipe"]
+
+log = logging.getLogger("etcd_recipes.recipe")
+
+R = TypeVar("R", bound="Recipe")
+T = TypeVar("T")
+
+ExceptionListener = Callable[[str, BaseException], Any]
+StateListener = Callable[[ConnectionState, ConnectionState], Any]
+
+
+@dataclass(frozen=True)
+class BackgroundException:
+    """A failure recorded from a recipe's background work: where (``context``) and what."""
+
+    context: str
+    exception: BaseException
+
+
+class Recipe:
+    """Base class of stateful recipes. Subclasses implement ``_do_start`` / ``_do_close``.
+
+    Example::
+
+        async with DistributedBarrier(client, "/barriers/deploy") as barrier:
+            await barrier.set_barrier()
+            print(barrier.connection_state, barrier.is_healthy())
+    """
+
+    one_shot: ClassVar[bool] = True
+    """Whether ``start()`` may be called only once."""
+
+    def __init__(self, client: EtcdClient, path: str, *, client_id: str | None = None) -> None:
+        self._client = client
+        self.path = require_path(path)
+        """The recipe's key path."""
+        self.client_id = client_id or make_client_id(type(self).__name__)
+        """This instance's identity (``"<Class>:<7 random chars>"`` by default)."""
+        self._lifecycle = "new"
+        self._errors: list[BackgroundException] = []
+        self._errors_lock = threading.Lock()
+        self._exception_listeners = ListenerSet("exception")
+        self._state = ConnectionState.CONNECTED
+        self._state_listeners = ListenerSet("connection-state", self._record_listener_error)
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # ------------------------------------------------------------------ identity
+
+    @property
+    def exception_context(self) -> str:
+        """The recipe identity used in logs and exception contexts: ``"Kind[path]"``."""
+        return f"{type(self).__name__}[{self.path}]"
+
+    def __repr__(self) -> str:
+        return f"<{self.exception_context} {self._lifecycle} {self._state.value}>"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def is_started(self) -> bool:
+        """Whether ``start()`` completed and ``aclose()`` has not been called."""
+        return self._lifecycle == "started"
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether ``aclose()`` was called."""
+        return self._lifecycle == "closed"
+
+    async def start(self: R) -> R:
+        """Start the recipe (I/O happens here, not in the constructor); returns ``self``."""
+        self._check_open()
+        if self._lifecycle in ("starting", "started"):
+            if self.one_shot:
+                raise AlreadyStartedError(f"{self.exception_context}: start() already called")
+            return self
+        self._lifecycle = "starting"
+        try:
+            with recipe_context(self.exception_context):
+                await self._do_start()
+        except BaseException:
+            if self._lifecycle == "starting":
+                self._lifecycle = "new"
+            raise
+        if self._lifecycle == "starting":
+            self._lifecycle = "started"
+        return self
+
+    async def aclose(self) -> None:
+        """Release everything this recipe holds in etcd and stop its background work.
+
+        Idempotent. Runs to completion even if the caller is being cancelled (shielded and
+        bounded), so a cancelled ``async with`` still cleans up.
+        """
+        if self._lifecycle == "closed":
+            return
+        self._lifecycle = "closed"
+        with anyio.CancelScope(shield=True):
+            with recipe_context(self.exception_context):
+                try:
+                    with anyio.move_on_after(CLEANUP_TIMEOUT * 2):
+                        await self._do_close()
+                except Exception as exc:
+                    self._record_exception(exc, "close")
+                finally:
+                    await self._cancel_tasks()
+
+    async def __aenter__(self: R) -> R:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def _do_start(self) -> None:
+        """Subclass hook: the I/O of ``start()``."""
+
+    async def _do_close(self) -> None:
+        """Subclass hook: release held keys and leases."""
+
+    def _check_open(self) -> None:
+        if self._lifecycle == "closed":
+            raise RecipeClosedError(f"{self.exception_context}: close() already called")
+
+    def _check_started(self) -> None:
+        self._check_open()
+        if self._lifecycle != "started":
+            raise NotStartedError(
+                f"{self.exception_context}: call start() (or use 'async with') first"
+            )
+
+    # ------------------------------------------------------------------ background work
+
+    def _spawn(self, coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
+        """Run ``coro`` in the background with the recipe's logging context; failures are
+        recorded, never raised at a caller."""
+
+        async def runner() -> T:
+            with recipe_context(self.exception_context):
+                try:
+                    return await coro
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    self._record_exception(exc, name)
+                    raise
+
+        task = asyncio.get_running_loop().create_task(
+            runner(), name=f"{self.exception_context}:{name}"
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: recorded already by the runner
+
+    async def _cancel_tasks(self) -> None:
+        current = asyncio.current_task()
+        tasks = [t for t in self._tasks if t is not current]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    # ------------------------------------------------------------------ failures
+
+    @property
+    def exceptions(self) -> list[BackgroundException]:
+        """A snapshot of the failures recorded from background work (oldest first)."""
+        with self._errors_lock:
+            return list(self._errors)
+
+    @property
+    def has_exceptions(self) -> bool:
+        """Whether any background failure was recorded."""
+        return bool(self._errors)
+
+    def clear_exceptions(self) -> None:
+        """Forget the recorded background failures."""
+        with self._errors_lock:
+            self._errors.clear()
+
+    def add_exception_listener(self, listener: ExceptionListener) -> None:
+        """Call ``listener(context, exception)`` for each background failure.
+
+        ``context`` is the recipe identity, e.g. ``"DistributedBarrier[/barriers/x]"``, plus
+        where it happened. A listener that raises is logged, never re-recorded.
+        """
+        self._exception_listeners.add(listener)
+
+    def remove_exception_listener(self, listener: ExceptionListener) -> None:
+        """Stop calling ``listener``."""
+        self._exception_listeners.remove(listener)
+
+    def _record_exception(self, exc: BaseException, where: str | None = None) -> None:
+        context = self.exception_context if not where else f"{self.exception_context}:{where}"
+        with self._errors_lock:
+            self._errors.append(BackgroundException(context, exc))
+        log.warning("%s: %s", context, exc)
+        self._exception_listeners.emit(context, exc)
+
+    def _record_listener_error(self, where: str, exc: BaseException) -> None:
+        # A failing state listener is recorded; a failing exception listener only logged.
+        self._record_exception(exc, where)
+
+    # ------------------------------------------------------------------ connection state
+
+    @property
+    def connection_state(self) -> ConnectionState:
+        """The recipe's view of its connection (CONNECTED, SUSPENDED, RECONNECTED or LOST)."""
+        return self._state
+
+    def add_connection_state_listener(self, listener: StateListener) -> None:
+        """Call ``listener(new_state, previous_state)`` once per state change."""
+        self._state_listeners.add(listener)
+
+    def remove_connection_state_listener(self, listener: StateListener) -> None:
+        """Stop calling ``listener``."""
+        self._state_listeners.remove(listener)
+
+    def _set_state(self, new: ConnectionState) -> None:
+        old, self._state = self._state, new
+        if old is new:
+            return
+        log.info("%s: connection state %s -> %s", self.exception_context, old.value, new.value)
+        self._state_listeners.emit(new, old)
+
+    def _on_recovery_event(self, event: WatchRecoveryEvent | LeaseEvent) -> None:
+        """Fold a watch-recovery or lease event into ``connection_state``."""
+        self._set_state(state_after(event))
+
+    def is_healthy(self) -> bool:
+        """Not LOST and not closed. No I/O."""
+        return self._state is not ConnectionState.LOST and self._lifecycle != "closed"
+
+    async def ping(self) -> bool:
+        """One count-only read through the client's retry funnel; False instead of raising."""
+        return await self._client.ping()

@@ -1,0 +1,141 @@
+"""Waiting for a change in etcd, and the cancellation contract every waiting recipe inherits.
+
+Two pieces:
+
+* :func:`wait_for_change` -- the waiter pattern (reference.md §2.7): the caller has read the
+  state at revision ``R``; we watch from ``R + 1`` (nothing can fall between the read and the
+  watch), return when an event satisfies ``trigger``, re-probe the state after every watch
+  recovery (resubscribe or compaction resync), and raise if the watch fails for good.
+* :func:`abort_guard` -- the cancellation contract (DESIGN §4): if the guarded block ends by
+  cancellation, timeout or error, the recipe's ``cleanup`` runs **to completion**, shielded
+  from the cancellation and bounded in time, and then the original exception -- the caller's
+  own ``CancelledError`` or anyio cancellation -- is re-raised unchanged.
+
+Both work under plain asyncio (task cancel, ``asyncio.timeout``) and under anyio cancel scopes
+(``fail_after``, task-group cancellation), since anyio on asyncio cancels with native
+``CancelledError`` and honours ``CancelScope(shield=True)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ..errors import WatchFailedError
+from ..events import WatchFailed, WatchRecoveryEvent, WatchResubscribed, WatchResynced
+from ..types import WatchEvent
+
+if TYPE_CHECKING:
+    from ..client import EtcdClient
+
+__all__ = ["CLEANUP_TIMEOUT", "Probe", "abort_guard", "run_shielded", "wait_for_change"]
+
+log = logging.getLogger("etcd_recipes.waiting")
+
+CLEANUP_TIMEOUT = 5.0
+"""Seconds a cleanup may take before it is abandoned (leases then expire at their TTL)."""
+
+Probe = Callable[[], Awaitable[tuple[bool, int]]]
+"""Re-reads the state: returns ``(done, revision_of_the_read)``."""
+
+
+async def run_shielded(
+    cleanup: Callable[[], Awaitable[Any]],
+    *,
+    what: str = "cleanup",
+    timeout: float = CLEANUP_TIMEOUT,
+) -> None:
+    """Run ``cleanup`` to completion, shielded from cancellation, bounded by ``timeout``.
+
+    Failures are logged, never raised: a cleanup must not mask the error that triggered it.
+    """
+    with anyio.CancelScope(shield=True), anyio.move_on_after(timeout) as scope:
+        try:
+            await cleanup()
+        except Exception as exc:
+            log.warning("%s failed: %r", what, exc)
+    if scope.cancelled_caught:
+        log.warning("%s did not finish within %.1fs; abandoned", what, timeout)
+
+
+@contextlib.asynccontextmanager
+async def abort_guard(
+    cleanup: Callable[[], Awaitable[Any]], *, what: str = "cleanup"
+) -> AsyncIterator[None]:
+    """Run ``cleanup`` (shielded, bounded) if the block exits with any exception, then re-raise
+    that exception unchanged -- including cancellation.
+
+    Example::
+
+        async with abort_guard(delete_my_waiter_key):
+            await create_my_waiter_key()
+            await wait_for_my_turn()
+    """
+    try:
+        yield
+    except BaseException:
+        await run_shielded(cleanup, what=what)
+        raise
+
+
+async def wait_for_change(
+    client: EtcdClient,
+    key: bytes | str,
+    *,
+    after_revision: int,
+    trigger: Callable[[WatchEvent], bool],
+    probe: Probe,
+    prefix: bool = False,
+    no_put: bool = False,
+    no_delete: bool = False,
+    timeout: float | None = None,
+    on_recovery: Callable[[WatchRecoveryEvent], Any] | None = None,
+) -> bool:
+    """Wait until a change after ``after_revision`` satisfies ``trigger``; False on timeout.
+
+    ``probe`` re-reads the state after any watch recovery: if it reports done, the wait ends;
+    on compaction it also provides the revision to continue from. ``on_watch`` is called with
+    the watch once it is live (recipes use it to drive their connection state). The watch is
+    always closed on exit; cancellation propagates unchanged.
+    """
+    done_by_resync = False
+
+    async def resync() -> int:
+        nonlocal done_by_resync
+        done, revision = await probe()
+        done_by_resync = done_by_resync or done
+        return revision + 1
+
+    watch = client.watch(
+        key,
+        prefix=prefix,
+        start_revision=after_revision + 1,
+        no_put=no_put,
+        no_delete=no_delete,
+        resync=resync,
+    )
+    with anyio.move_on_after(timeout):
+        async with watch:
+            async for item in watch:
+                if isinstance(item, WatchEvent):
+                    if trigger(item):
+                        return True
+                    continue
+                if on_recovery is not None:
+                    on_recovery(item)
+                if isinstance(item, WatchResynced):
+                    if done_by_resync:
+                        return True
+                elif isinstance(item, WatchResubscribed):
+                    done, _ = await probe()
+                    if done:
+                        return True
+                elif isinstance(item, WatchFailed):
+                    raise WatchFailedError(
+                        f"the watch on {item.key!r} failed while waiting: {item.cause}"
+                    ) from item.cause
+    return False

@@ -1,0 +1,117 @@
+"""Transient key/values: a key that exists while its owner lives.
+
+:Status: Beta
+
+Key layout (shared with the JVM library): ``<key>`` holds the value on a **self-healing**
+lease of ``lease_ttl`` seconds, written with a plain put (no compare-and-swap), also when the
+lease heals.
+
+Guarantees: the key exists while the owning process runs and keeps its lease alive; it
+disappears within ``lease_ttl`` seconds after the process dies, and at once on ``aclose()``.
+After a lease loss (a long pause, a partition) it is re-created; lease events are reported to
+listeners and drive ``connection_state``.
+
+Not guaranteed: between a lease expiry and its restoration the key really does not exist --
+watchers see a delete followed by a put. Two owners of the same key overwrite each other
+(last write wins); use a lock or an election for exclusivity.
+
+Example::
+
+    async with TransientKeyValue(client, "/presence/worker-1", "alive") as presence:
+        ...  # the key exists while this block runs
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from ._core.lease import SelfHealingLease, validate_ttl
+from ._core.listeners import ListenerSet
+from ._core.recipe import Recipe
+from .codecs import Codec, to_bytes
+from .errors import LeaseEventError
+from .events import LeaseEvent, LeaseRestored
+
+if TYPE_CHECKING:
+    from .client import EtcdClient
+
+__all__ = ["TransientKeyValue"]
+
+T = TypeVar("T")
+DEFAULT_TTL = 2
+
+
+class TransientKeyValue(Recipe, Generic[T]):
+    """A key bound to this process's lifetime through a self-healing lease.
+
+    ``value`` is bytes or str, or any ``T`` with ``codec=`` (encoded once, at construction).
+
+    Example::
+
+        presence = TransientKeyValue(client, "/svc/a", {"port": 8080}, codec=JSON, lease_ttl=5)
+        presence.add_lease_listener(print)
+        await presence.start()
+        ...
+        await presence.aclose()   # the key is gone at once
+    """
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        key: str,
+        value: T | bytes | str,
+        *,
+        codec: Codec[T] | None = None,
+        lease_ttl: float = DEFAULT_TTL,
+        client_id: str | None = None,
+    ) -> None:
+        super().__init__(client, key, client_id=client_id)
+        self.value = value
+        """The value as given."""
+        self._data = codec.encode(value) if codec is not None else to_bytes(value)  # type: ignore[arg-type]
+        self.lease_ttl = validate_ttl(lease_ttl)
+        self._lease: SelfHealingLease | None = None
+        self._lease_listeners = ListenerSet("lease", self._record_exception_at)
+
+    @property
+    def key(self) -> str:
+        """The key this recipe owns."""
+        return self.path
+
+    @property
+    def lease_id(self) -> int:
+        """The current lease id (0 before start or while healing)."""
+        return self._lease.current_lease_id if self._lease is not None else 0
+
+    def add_lease_listener(self, listener: Callable[[LeaseEvent], Any]) -> None:
+        """Call ``listener`` with each lease event (Suspended, Expired, Restored, Failed)."""
+        self._lease_listeners.add(listener)
+
+    def remove_lease_listener(self, listener: Callable[[LeaseEvent], Any]) -> None:
+        """Stop calling ``listener``."""
+        self._lease_listeners.remove(listener)
+
+    async def _do_start(self) -> None:
+        async def establish(lease_id: int) -> bool:
+            await self._client.put(self.path, self._data, lease=lease_id)
+            return True
+
+        lease = self._client.self_healing_lease(self.lease_ttl, establish)
+        lease.add_listener(self._on_lease_event)
+        await lease.start()
+        self._lease = lease
+
+    def _on_lease_event(self, event: LeaseEvent) -> None:
+        self._on_recovery_event(event)
+        if not isinstance(event, LeaseRestored):
+            self._record_exception(LeaseEventError(event), "lease")
+        self._lease_listeners.emit(event)
+
+    def _record_exception_at(self, where: str, exc: BaseException) -> None:
+        self._record_exception(exc, where)
+
+    async def _do_close(self) -> None:
+        if self._lease is not None:
+            lease, self._lease = self._lease, None
+            await lease.aclose()
