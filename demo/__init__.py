@@ -1,0 +1,1 @@
+"""The runnable showcase of etcd-recipes (``make demo`` / ``python -m demo``)."""
