@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -71,7 +72,7 @@ class _Registration:
         now = time.monotonic()
         self.next_due = now
         self.deadline = now + ttl
-        self.in_flight_sent = 0.0
+        self.sent: deque[float] = deque()  # send times of unanswered renewals, oldest first
         self.on_lost = on_lost
         self.on_suspended = on_suspended
         self.suspended = False
@@ -158,6 +159,7 @@ class LeaseKeeper:
                 reader = asyncio.get_running_loop().create_task(self._read_loop(call))
                 for reg in self._regs.values():
                     reg.next_due = 0.0  # renew everything at once on a new stream
+                    reg.sent.clear()
                 while self._regs:
                     if reader.done():
                         reader.result()
@@ -167,7 +169,7 @@ class LeaseKeeper:
                     next_wake = now + 1.0
                     for reg in list(self._regs.values()):
                         if reg.next_due <= now:
-                            reg.in_flight_sent = now
+                            reg.sent.append(now)
                             reg.next_due = now + max(reg.ttl / 3.0, 0.3)
                             await call.write(pb.LeaseKeepAliveRequest(ID=reg.lease_id))
                         next_wake = min(next_wake, reg.next_due, reg.deadline)
@@ -221,7 +223,9 @@ class LeaseKeeper:
                     reg, LeaseNotFoundError(f"lease {reg.lease_id:x} expired or was revoked")
                 )
                 continue
-            reg.deadline = reg.in_flight_sent + int(msg.TTL)
+            # Replies come in order per lease: the TTL counts from when *that* renewal was sent.
+            sent_at = reg.sent.popleft() if reg.sent else time.monotonic()
+            reg.deadline = max(reg.deadline, sent_at + int(msg.TTL))
             reg.renewals += 1
             reg.suspended = False
             self._metrics.increment_keep_alive("renewal", reg.lease_id)

@@ -25,7 +25,7 @@ class ListenerSet:
         self._name = name
         self._listeners: list[Callable[..., Any]] = []
         self._on_error = on_error
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: set[asyncio.Task[Any]] | None = None  # created on first async listener
 
     def add(self, listener: Callable[..., Any]) -> None:
         """Register ``listener`` (a plain or ``async`` callable taking the event)."""
@@ -56,13 +56,16 @@ class ListenerSet:
             result = listener(*args)
             if inspect.isawaitable(result):
                 task = asyncio.ensure_future(result)
+                if self._tasks is None:
+                    self._tasks = set()
                 self._tasks.add(task)
                 task.add_done_callback(self._task_done)
         except Exception as exc:
             self._report(exc)
 
     def _task_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
+        if self._tasks is not None:
+            self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             self._report(task.exception())  # type: ignore[arg-type]
 

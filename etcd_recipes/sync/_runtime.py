@@ -1,0 +1,746 @@
+"""The private event-loop thread behind :mod:`etcd_recipes.sync` (hand-written, not generated).
+
+One :class:`Runtime` per sync client: a daemon thread running its own asyncio loop, on which
+the async client is created and lives (grpc.aio objects are bound to the loop that created
+them). Every blocking call submits a coroutine to that loop and waits:
+
+* ``KeyboardInterrupt`` (or any exception raised in the waiting thread) cancels the coroutine
+  through an anyio cancel scope, so shielded cleanup runs to completion; the caller waits for
+  it (at most :data:`CLEANUP_TIMEOUT` seconds) and then re-raises;
+* inside :func:`fail_after`, a call that passes the deadline is cancelled the same way and
+  raises :class:`~etcd_recipes.errors.EtcdTimeoutError` once its cleanup is done;
+* calling from a thread with a running event loop (including the loop thread itself) raises
+  :class:`~etcd_recipes.errors.UsageError` instead of deadlocking;
+* listeners run on one dispatcher thread per runtime (in order, off the loop); hooks the async
+  API awaits run in anyio worker threads and may call back into the facade;
+* :meth:`Runtime.stop` cancels what is still running, closes the root object (the async
+  client), stops the loop and joins every thread the runtime started.
+
+Example::
+
+    rt = Runtime()
+    try:
+        assert rt.call(asyncio.sleep, 0, "done") == "done"
+    finally:
+        rt.stop()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import functools
+import itertools
+import logging
+import os
+import queue
+import threading
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Iterator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from ..errors import ClientClosedError, EtcdTimeoutError, ForkedProcessError, UsageError
+
+if TYPE_CHECKING:
+    from ._twin import SyncTwin
+
+__all__ = ["CLEANUP_TIMEOUT", "Runtime", "fail_after"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+CLEANUP_TIMEOUT = 10.0
+"""Seconds a cancelled call may spend on its cleanup before the caller stops waiting."""
+
+_POLL = 0.25  # the waiting thread wakes this often (Ctrl-C is seen on every platform)
+_ids = itertools.count(1)
+_state = threading.local()
+_runtimes: weakref.WeakSet[Runtime] = weakref.WeakSet()
+log = logging.getLogger("etcd_recipes.sync")
+
+
+@contextlib.contextmanager
+def fail_after(seconds: float) -> Iterator[None]:
+    """Bound every blocking facade call made by this thread inside the block.
+
+    A call still running at the deadline is cancelled, its cleanup runs to completion, and it
+    raises :class:`~etcd_recipes.errors.EtcdTimeoutError` (also a ``TimeoutError``). Code
+    between facade calls is not interrupted. Blocks nest; the earliest deadline wins.
+
+    Example::
+
+        with fail_after(2.0):
+            lease.wait_lost()  # EtcdTimeoutError after 2 s, with nothing left running
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
+        raise ValueError(f"fail_after() needs a number of seconds >= 0, not {seconds!r}")
+    stack = _deadlines()
+    stack.append(time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
+def _deadlines() -> list[float]:
+    stack: list[float] | None = getattr(_state, "deadlines", None)
+    if stack is None:
+        stack = _state.deadlines = []
+    return stack
+
+
+def _current_deadline() -> float | None:
+    stack: list[float] | None = getattr(_state, "deadlines", None)
+    return min(stack) if stack else None
+
+
+class _Call:
+    """One submission to the loop; ``done`` is set after the coroutine (and its cleanup) ended."""
+
+    __slots__ = ("deadline", "done", "error", "reason", "result", "scope")
+
+    def __init__(self, deadline: float | None) -> None:
+        self.deadline = deadline
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.scope: anyio.CancelScope | None = None
+        self.reason = ""  # why it was cancelled from outside: "interrupt" or "shutdown"
+
+    def cancel(self, reason: str) -> None:  # on the loop thread
+        if not self.reason:
+            self.reason = reason
+        if self.scope is not None:
+            self.scope.cancel()
+
+
+class _ContextRun(_Call):
+    """A ``with`` block: ``__aenter__`` and ``__aexit__`` run in one task (cancel scopes and
+    task groups entered by ``__aenter__`` are exited by the same task)."""
+
+    __slots__ = ("entered", "exit_args", "exit_event", "obj")
+
+    def __init__(self, obj: Any, deadline: float | None) -> None:
+        super().__init__(deadline)
+        self.obj = obj
+        self.entered = threading.Event()
+        self.exit_event: asyncio.Event | None = None
+        self.exit_args: tuple[Any, Any, Any] = (None, None, None)
+
+
+class Runtime:
+    """A private event-loop thread; see the module docstring.
+
+    Example::
+
+        rt = Runtime()
+        rt.call(asyncio.sleep, 0.01)
+        rt.stop()
+    """
+
+    def __init__(self) -> None:
+        self._id = next(_ids)
+        self._pid = os.getpid()
+        self._lock = threading.RLock()
+        self._state = "starting"  # starting -> running -> stopping -> stopped
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._context: contextvars.Context | None = None
+        self._stop_event: asyncio.Event | None = None
+        self._loop_ident = 0
+        self._tasks: dict[asyncio.Task[None], _Call] = {}
+        self.root: Any = None
+        """The async object closed (``aclose()``) when the runtime stops: the client."""
+        self._twins: weakref.WeakValueDictionary[int, SyncTwin] = weakref.WeakValueDictionary()
+        self._listeners: dict[Any, Callable[..., Any]] = {}
+        self._dispatcher: _Dispatcher | None = None
+        self._helper_threads: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+        self._thread = threading.Thread(
+            target=self._run, name=f"etcd-recipes-sync-{self._id}", daemon=True
+        )
+        self._thread.start()
+        self._ready.wait()
+        if self._state != "running":
+            raise RuntimeError("the etcd-recipes event-loop thread failed to start")
+        _runtimes.add(self)
+
+    @classmethod
+    def create(cls, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> tuple[Runtime, T]:
+        """Start a runtime and run the plain factory ``fn`` on its loop thread.
+
+        Example::
+
+            rt, async_client = Runtime.create(etcd_recipes.client.connect, "127.0.0.1:2379")
+        """
+        _refuse_running_loop()
+        rt = cls()
+        try:
+            return rt, rt.call_sync(fn, *args, **kwargs)
+        except BaseException:
+            rt.stop()
+            raise
+
+    @classmethod
+    def create_awaiting(
+        cls, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> tuple[Runtime, T]:
+        """Start a runtime and await the async factory ``fn`` on its loop.
+
+        Example::
+
+            rt, async_client = Runtime.create_awaiting(open_client, "127.0.0.1:2379")
+        """
+        _refuse_running_loop()
+        rt = cls()
+        try:
+            return rt, rt.call(fn, *args, **kwargs)
+        except BaseException:
+            rt.stop()
+            raise
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def is_running(self) -> bool:
+        """Whether calls are accepted (False once :meth:`stop` was called)."""
+        return self._state == "running"
+
+    @property
+    def loop_thread(self) -> threading.Thread:
+        """The thread that runs the event loop."""
+        return self._thread
+
+    def _check_caller(self) -> None:
+        if os.getpid() != self._pid:
+            raise ForkedProcessError(
+                "this sync client was created in another process (before fork()); create a "
+                "new client in the child"
+            )
+        if threading.get_ident() == self._loop_ident:
+            raise UsageError(
+                "a blocking etcd_recipes.sync call was made on the client's own event-loop "
+                "thread; it would deadlock"
+            )
+        _refuse_running_loop()
+
+    def _closed_error(self) -> ClientClosedError:
+        return ClientClosedError("the sync client was closed")
+
+    def _submit(self, call: _Call, callback: Callable[[_Call], None]) -> None:
+        with self._lock:
+            if self._state != "running":
+                raise self._closed_error()
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(callback, call, context=self._context)
+
+    # ------------------------------------------------------------------ calls
+
+    def call(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Await ``fn(*args, **kwargs)`` on the loop and return its result (see module doc).
+
+        Example::
+
+            kv = rt.call(async_client.get, "/k")
+        """
+        self._check_caller()
+        call = _Call(_current_deadline())
+        self._submit(call, functools.partial(self._spawn, fn, args, kwargs))
+        return self._wait(call)  # type: ignore[no-any-return]
+
+    def call_closing(
+        self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T | None:
+        """Like :meth:`call` for close-like calls: no deadline, and a no-op once stopped.
+
+        Example::
+
+            rt.call_closing(async_watch.aclose)
+        """
+        self._check_caller()
+        if self._state != "running":
+            return None
+        call = _Call(None)
+        try:
+            self._submit(call, functools.partial(self._spawn, fn, args, kwargs))
+        except ClientClosedError:
+            return None
+        return self._wait(call)  # type: ignore[no-any-return]
+
+    def call_sync(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run a plain function on the loop thread (inline once the runtime has stopped).
+
+        Example::
+
+            watch = rt.call_sync(async_client.watch, "/k")
+        """
+        self._check_caller()
+        if self._state != "running":
+            return fn(*args, **kwargs)
+        call = _Call(None)
+
+        def run(c: _Call) -> None:
+            try:
+                c.result = fn(*args, **kwargs)
+            except BaseException as exc:
+                c.error = exc
+            finally:
+                c.done.set()
+
+        try:
+            self._submit(call, run)
+        except ClientClosedError:
+            return fn(*args, **kwargs)
+        return self._wait(call)  # type: ignore[no-any-return]
+
+    def next(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """Await ``fn()`` (an ``__anext__``), turning ``StopAsyncIteration`` into ``StopIteration``.
+
+        Example::
+
+            item = rt.next(async_watch.__anext__)
+        """
+        try:
+            return self.call(fn)
+        except StopAsyncIteration:
+            raise StopIteration from None
+
+    def _spawn(
+        self, fn: Callable[..., Awaitable[Any]], args: Any, kwargs: Any, call: _Call
+    ) -> None:
+        assert self._loop is not None
+        task = self._loop.create_task(self._execute(call, fn, args, kwargs))
+        self._tasks[task] = call
+        task.add_done_callback(self._tasks.pop)
+
+    async def _execute(
+        self, call: _Call, fn: Callable[..., Awaitable[Any]], args: Any, kwargs: Any
+    ) -> None:
+        try:
+            with anyio.CancelScope(deadline=_scope_deadline(call.deadline)) as scope:
+                call.scope = scope
+                if call.reason:
+                    scope.cancel()
+                call.result = await fn(*args, **kwargs)
+            if scope.cancelled_caught:
+                call.error = self._cancel_error(call)
+        except BaseException as exc:  # everything is handed to the waiting thread
+            call.error = exc
+        finally:
+            call.scope = None
+            call.done.set()
+
+    def _cancel_error(self, call: _Call) -> BaseException | None:
+        if call.reason == "shutdown":
+            return ClientClosedError("the sync client was closed while this call was waiting")
+        if call.reason == "interrupt":
+            return None  # the waiting thread re-raises its own exception
+        return EtcdTimeoutError("the blocking call did not finish before its fail_after() deadline")
+
+    def _wait(self, call: _Call) -> Any:
+        try:
+            while not call.done.wait(_POLL):
+                pass
+        except BaseException:  # KeyboardInterrupt (or a signal handler's exception)
+            self._interrupt(call)
+            raise
+        error = call.error
+        if error is not None:
+            call.error = None
+            try:
+                raise error
+            finally:
+                del error
+        return call.result
+
+    def _interrupt(self, call: _Call) -> None:
+        """Cancel ``call`` and wait (bounded) until its cleanup has finished."""
+        loop = self._loop
+        if loop is not None and not call.done.is_set():
+            with contextlib.suppress(RuntimeError):  # the loop is already closed
+                loop.call_soon_threadsafe(call.cancel, "interrupt")
+        if not call.done.wait(CLEANUP_TIMEOUT):
+            log.warning(
+                "an interrupted etcd_recipes.sync call did not finish its cleanup within %ss",
+                CLEANUP_TIMEOUT,
+            )
+
+    # ------------------------------------------------------------------ with blocks
+
+    def enter(self, holder: Any, cm: Any) -> Any:
+        """Run ``cm.__aenter__()`` in a task that stays open until :meth:`exit`.
+
+        ``holder`` keeps the open block (a stack, so blocks on one object may nest).
+
+        Example::
+
+            value = rt.enter(twin, async_watch)
+            ...
+            rt.exit(twin, None, None, None)
+        """
+        self._check_caller()
+        run = _ContextRun(cm, _current_deadline())
+        self._submit(run, self._spawn_context)
+        try:
+            while not run.entered.wait(_POLL):
+                pass
+        except BaseException:
+            self._interrupt(run)
+            raise
+        if run.done.is_set():  # __aenter__ failed (or was cancelled): no block to exit
+            self._wait(run)
+            raise self._closed_error()  # pragma: no cover - _wait raised already
+        stack: list[_ContextRun] = holder.__dict__.setdefault("_sync_context_runs", [])
+        stack.append(run)
+        return run.result
+
+    def exit(
+        self,
+        holder: Any,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Any:
+        """Run the ``__aexit__`` of the innermost block :meth:`enter` opened on ``holder``.
+
+        Example::
+
+            rt.exit(twin, None, None, None)
+        """
+        self._check_caller()
+        stack: list[_ContextRun] = holder.__dict__.get("_sync_context_runs", [])
+        if not stack:
+            raise UsageError("__exit__ without a matching __enter__")
+        run = stack.pop()
+        run.exit_args = (exc_type, exc, tb)
+        loop = self._loop
+        if not run.done.is_set() and loop is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._release_context, run)
+        try:
+            return self._wait(run)
+        except ClientClosedError:
+            if run.reason == "shutdown":
+                return None  # the client was closed first; the block was cleaned up then
+            raise
+
+    def _spawn_context(self, run: _Call) -> None:
+        assert isinstance(run, _ContextRun)
+        assert self._loop is not None
+        task = self._loop.create_task(self._run_context(run))
+        self._tasks[task] = run
+        task.add_done_callback(self._tasks.pop)
+
+    def _release_context(self, run: _ContextRun) -> None:
+        if run.exit_event is not None:
+            run.exit_event.set()
+
+    async def _run_context(self, run: _ContextRun) -> None:
+        cm = run.obj
+        try:
+            with anyio.CancelScope() as scope:
+                run.scope = scope
+                if run.reason:
+                    scope.cancel()
+                run.exit_event = asyncio.Event()
+                with anyio.CancelScope(deadline=_scope_deadline(run.deadline)) as enter_scope:
+                    run.result = await cm.__aenter__()
+                if enter_scope.cancelled_caught:
+                    run.error = EtcdTimeoutError(
+                        "entering the block did not finish before its fail_after() deadline"
+                    )
+                    return
+                run.entered.set()
+                try:
+                    await run.exit_event.wait()
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        run.result = await cm.__aexit__(*run.exit_args)
+            if scope.cancelled_caught:
+                run.error = self._cancel_error(run)
+        except BaseException as exc:
+            run.error = exc
+        finally:
+            run.scope = None
+            run.exit_args = (None, None, None)
+            run.done.set()
+            run.entered.set()
+
+    # ------------------------------------------------------------------ twins, listeners, hooks
+
+    def twin(self, obj: Any, root: SyncTwin | None) -> Any:
+        """The sync twin of the async ``obj`` (the same one each time), or ``None`` for ``None``.
+
+        Example::
+
+            lease = rt.twin(async_lease, client)
+        """
+        if obj is None:
+            return None
+        from ._twin import twin_class_for
+
+        with self._lock:
+            existing = self._twins.get(id(obj))
+            if existing is not None and existing._a is obj:
+                return existing
+            cls = twin_class_for(type(obj))
+            twin = cls.__new__(cls)
+            twin._bind(self, obj, root)
+            return twin
+
+    def register(self, twin: SyncTwin) -> None:
+        """Remember ``twin`` as the twin of its async object (see :meth:`twin`).
+
+        Example::
+
+            rt.register(self)
+        """
+        with self._lock:
+            self._twins[id(twin._a)] = twin
+
+    def listener(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Wrap a listener so it runs on this runtime's dispatcher thread (in order).
+
+        The wrapper returns an awaitable that resolves when the listener has run, so a
+        listener's exception reaches the async side's error reporting. The same ``fn`` gives
+        the same wrapper (so ``remove_listener(fn)`` works).
+
+        Example::
+
+            async_lease.add_listener(rt.listener(print))
+        """
+        return self._listener(fn, awaitable=True)
+
+    def listener_nowait(self, fn: Callable[..., Any]) -> Callable[..., None]:
+        """Like :meth:`listener`, for callbacks typed to return ``None`` (errors are logged).
+
+        Example::
+
+            async_obj.on_change(rt.listener_nowait(print))
+        """
+        return self._listener(fn, awaitable=False)
+
+    def _listener(self, fn: Callable[..., Any], *, awaitable: bool) -> Callable[..., Any]:
+        if not callable(fn):
+            raise TypeError(f"a listener must be callable, not {fn!r}")
+        key = (fn, awaitable)
+        with self._lock:
+            existing = self._listeners.get(key)
+            if existing is not None:
+                return existing
+
+        def wrapper(*args: Any) -> Any:
+            fut: asyncio.Future[Any] | None = None
+            loop: asyncio.AbstractEventLoop | None = None
+            if awaitable:
+                with contextlib.suppress(RuntimeError):
+                    loop = asyncio.get_running_loop()
+                    fut = loop.create_future()
+            self._dispatch(functools.partial(self._run_listener, fn, args, loop, fut))
+            return fut
+
+        functools.update_wrapper(wrapper, fn)
+        with self._lock:
+            return self._listeners.setdefault(key, wrapper)
+
+    def _dispatch(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            if self._dispatcher is None:
+                self._dispatcher = _Dispatcher(f"etcd-recipes-sync-{self._id}-listeners")
+                self._helper_threads.add(self._dispatcher.thread)
+            dispatcher = self._dispatcher
+        dispatcher.put(job)
+
+    def _run_listener(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        loop: asyncio.AbstractEventLoop | None,
+        fut: asyncio.Future[Any] | None,
+    ) -> None:
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            result = fn(*args)
+        except BaseException as exc:
+            error = exc
+        if loop is not None and fut is not None:
+            try:
+                loop.call_soon_threadsafe(_settle, fut, result, error)
+                return
+            except RuntimeError:  # the loop is closed: nobody awaits the result any more
+                pass
+        if error is not None:
+            log.warning("listener %r raised %r", fn, error, exc_info=error)
+
+    def hook(self, fn: Callable[P, T]) -> Callable[P, Awaitable[T]]:
+        """Wrap a blocking hook as the coroutine function the async API awaits.
+
+        The hook runs in an anyio worker thread (so it may call back into the facade); a
+        cancelled await waits for the hook to return.
+
+        Example::
+
+            lease = async_client.self_healing_lease(5, rt.hook(establish))
+        """
+        if not callable(fn):
+            raise TypeError(f"a hook must be callable, not {fn!r}")
+
+        def in_thread(*args: P.args, **kwargs: P.kwargs) -> T:
+            self._helper_threads.add(threading.current_thread())
+            return fn(*args, **kwargs)
+
+        async def hook(*args: P.args, **kwargs: P.kwargs) -> T:
+            return await anyio.to_thread.run_sync(functools.partial(in_thread, *args, **kwargs))
+
+        functools.update_wrapper(hook, fn)
+        return hook
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def stop(self) -> None:
+        """Cancel running calls, close :attr:`root`, stop the loop and join the threads.
+
+        Idempotent. Called from the loop, a listener or a hook thread it only starts the
+        shutdown (those threads cannot wait for themselves).
+
+        Example::
+
+            rt.stop()
+        """
+        if os.getpid() != self._pid:
+            return  # a forked child: the thread does not exist here
+        with self._lock:
+            starting = self._state == "running"
+            if starting:
+                self._state = "stopping"
+            loop, stop_event = self._loop, self._stop_event
+        if starting and loop is not None and stop_event is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(stop_event.set)
+        current = threading.current_thread()
+        if current is self._thread or current in self._helper_threads:
+            return
+        self._thread.join(CLEANUP_TIMEOUT * 2 + 5)
+        if self._thread.is_alive():  # pragma: no cover - a cleanup ignored its bound
+            log.warning("the etcd-recipes event-loop thread did not stop in time")
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException:  # pragma: no cover - the loop itself broke
+            log.exception("the etcd-recipes event-loop thread failed")
+        finally:
+            self._state = "stopped"
+            self._ready.set()
+            self._join_helpers()
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._context = contextvars.copy_context()
+        self._stop_event = asyncio.Event()
+        self._loop_ident = threading.get_ident()
+        self._state = "running"
+        self._ready.set()
+        await self._stop_event.wait()
+        with anyio.CancelScope(shield=True):
+            await self._shutdown()
+
+    async def _shutdown(self) -> None:
+        root = self.root
+        # Children first (their cleanup may still need the client), then the root's own
+        # blocks, then the root itself.
+        for first in (True, False):
+            pending = [
+                t
+                for t, c in self._tasks.items()
+                if first != (isinstance(c, _ContextRun) and c.obj is root and root is not None)
+            ]
+            for task in pending:
+                self._tasks[task].cancel("shutdown")
+                self._release_if_context(self._tasks[task])
+            if pending:
+                await asyncio.wait(pending, timeout=CLEANUP_TIMEOUT)
+        if root is not None and hasattr(root, "aclose"):
+            with anyio.move_on_after(CLEANUP_TIMEOUT):
+                try:
+                    await root.aclose()
+                except Exception:
+                    log.debug("closing %r failed", root, exc_info=True)
+
+    def _release_if_context(self, call: _Call) -> None:
+        if isinstance(call, _ContextRun) and not (call.exit_event and call.exit_event.is_set()):
+            call.exit_args = (ClientClosedError, ClientClosedError("client closed"), None)
+
+    def _join_helpers(self) -> None:
+        dispatcher = self._dispatcher
+        if dispatcher is not None:
+            dispatcher.stop()
+        end = time.monotonic() + CLEANUP_TIMEOUT
+        for thread in list(self._helper_threads):
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, end - time.monotonic()))
+
+
+def _refuse_running_loop() -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise UsageError(
+        "a blocking etcd_recipes.sync call was made from a running event loop, which it "
+        "would block; use the async API (etcd_recipes) there, or run the blocking code in "
+        "a worker thread (anyio.to_thread.run_sync / loop.run_in_executor)"
+    )
+
+
+def _scope_deadline(deadline: float | None) -> float:
+    # anyio's clock on asyncio is loop.time(), i.e. time.monotonic().
+    return float("inf") if deadline is None else deadline
+
+
+def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if fut.done():
+        return
+    if error is not None:
+        fut.set_exception(error)
+    else:
+        fut.set_result(result)
+
+
+class _Dispatcher:
+    """One daemon thread running queued jobs in order (the listeners of one runtime)."""
+
+    def __init__(self, name: str) -> None:
+        self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._work, name=name, daemon=True)
+        self.thread.start()
+
+    def put(self, job: Callable[[], None]) -> None:
+        self._queue.put(job)
+
+    def stop(self) -> None:
+        self._queue.put(None)
+        if self.thread is not threading.current_thread():
+            self.thread.join(CLEANUP_TIMEOUT)
+
+    def _work(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            job()
+
+
+def _after_fork_in_child() -> None:
+    for rt in list(_runtimes):
+        rt._state = "stopped"
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

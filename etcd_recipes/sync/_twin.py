@@ -1,0 +1,174 @@
+"""Base class and helpers of the generated blocking twins (hand-written, not generated).
+
+A twin holds the async object it mirrors (``_a``), the :class:`~._runtime.Runtime` whose loop
+owns that object (``_rt``) and, for objects derived from a client, the client's twin
+(``_root``), which keeps the client -- and so the loop -- alive while the object is in use.
+Twins are registered per async class so :meth:`Runtime.twin` can wrap results generically.
+
+Example::
+
+    class Watch(SyncTwin, twin_of=_async.Watch):
+        _a: _async.Watch
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+from ._runtime import Runtime
+
+__all__ = ["SyncContextManager", "SyncIterator", "SyncTwin", "twin_class_for"]
+
+T = TypeVar("T")
+
+_TWINS: dict[type, type[SyncTwin]] = {}
+
+
+def twin_class_for(async_type: type) -> type[SyncTwin]:
+    """The twin class registered for ``async_type`` (or its nearest twinned base).
+
+    Example::
+
+        assert twin_class_for(etcd_recipes.client.EtcdClient) is etcd_recipes.sync.EtcdClient
+    """
+    for klass in async_type.__mro__:
+        twin = _TWINS.get(klass)
+        if twin is not None:
+            return twin
+    raise TypeError(f"etcd_recipes.sync has no blocking twin for {async_type.__qualname__}")
+
+
+class SyncTwin:
+    """Base of every generated blocking twin.
+
+    Example::
+
+        isinstance(client, SyncTwin)  # True for every object etcd_recipes.sync hands out
+    """
+
+    _a: Any
+    _rt: Runtime
+    _root: SyncTwin | None
+    _finalizer: Callable[[], object] | None
+
+    def __init_subclass__(cls, /, twin_of: type | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if twin_of is not None:
+            _TWINS[twin_of] = cls
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError(
+            f"{type(self).__name__} objects are created by the facade (connect(), "
+            "client.watch(), client.lease(), ...), not directly"
+        )
+
+    def _bind(self, rt: Runtime, obj: Any, root: SyncTwin | None) -> None:
+        """Attach the async ``obj``; ``root=None`` makes this twin the runtime's owner."""
+        self._rt = rt
+        self._a = obj
+        self._root = root
+        self._finalizer = None
+        if root is None:
+            rt.root = obj
+            # Also runs at interpreter exit if the user never closed the client.
+            self._finalizer = weakref.finalize(self, rt.stop)
+        rt.register(self)
+
+    def _owner(self) -> SyncTwin:
+        return self._root if self._root is not None else self
+
+    def _twin(self, obj: Any) -> Any:
+        return self._rt.twin(obj, self._owner())
+
+    def _release(self) -> None:
+        """Stop the runtime if this twin owns it (the client); a no-op for other objects."""
+        if self._finalizer is not None:
+            self._finalizer()
+
+    def __repr__(self) -> str:
+        return f"<blocking {self._a!r}>"
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+class SyncIterator(Generic[T]):
+    """A blocking iterator over an async iterator that lives on a runtime's loop.
+
+    Example::
+
+        for item in SyncIterator(rt, async_gen, convert):
+            ...
+    """
+
+    def __init__(
+        self, rt: Runtime, ait: AsyncIterator[Any], convert: Callable[[Any], T] = _same
+    ) -> None:
+        self._rt = rt
+        self._ait = ait
+        self._convert = convert
+
+    def __iter__(self) -> SyncIterator[T]:
+        return self
+
+    def __next__(self) -> T:
+        return self._convert(self._rt.next(self._ait.__anext__))
+
+    def close(self) -> None:
+        """Close the async iterator (``aclose()``) if it has one.
+
+        Example::
+
+            it.close()
+        """
+        aclose = getattr(self._ait, "aclose", None)
+        if aclose is not None:
+            self._rt.call_closing(aclose)
+
+    def __enter__(self) -> SyncIterator[T]:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class SyncContextManager(Generic[T]):
+    """A blocking ``with`` over an async context manager (entered and exited in one task).
+
+    Example::
+
+        with SyncContextManager(rt, async_cm, convert) as value:
+            ...
+    """
+
+    def __init__(
+        self,
+        rt: Runtime,
+        acm: AbstractAsyncContextManager[Any],
+        convert: Callable[[Any], T] = _same,
+    ) -> None:
+        self._rt = rt
+        self._acm = acm
+        self._convert = convert
+
+    def __enter__(self) -> T:
+        return self._convert(self._rt.enter(self, self._acm))
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        result: bool | None = self._rt.exit(self, exc_type, exc, tb)
+        return result
