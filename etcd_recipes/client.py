@@ -42,7 +42,7 @@ from ._core.lease import (
     SelfHealingLease,
     validate_ttl,
 )
-from ._core.rpc import AuthManager, RpcRunner, map_grpc_error
+from ._core.rpc import AuthManager, RpcRunner, await_call, map_grpc_error
 from ._core.txn import AnyOp, Compare, DeleteOp, GetOp, PutOp, TxnOp
 from ._core.watch import ResyncHook, Watch, WatchHub
 from .codecs import Codec, to_bytes
@@ -50,8 +50,10 @@ from .errors import (
     ClientClosedError,
     EtcdConnectionError,
     EtcdRecipeError,
+    EtcdTimeoutError,
     ForkedProcessError,
     InvalidArgumentError,
+    TlsHandshakeError,
     WrongEventLoopError,
 )
 from .resilience import LeaseResilience, ResilienceConfig, RpcResilience, WatchResilience
@@ -162,28 +164,34 @@ class EtcdClient:
         return self
 
     async def _verify(self) -> None:
-        try:
-            with anyio.fail_after(self._connect_timeout):
-                while True:
-                    try:
-                        if self._auth is not None:
-                            await self._auth.refresh(timeout=self._connect_timeout)
-                        await pb.MaintenanceStub(self._channel).Status(
-                            pb.StatusRequest(),
-                            timeout=self._connect_timeout,
-                            metadata=self._runner.metadata(),
-                            wait_for_ready=True,
-                        )
-                        return
-                    except grpc.aio.AioRpcError as exc:
-                        mapped = map_grpc_error(exc, op="connect", endpoints=self.endpoints)
-                        if not isinstance(mapped, EtcdConnectionError) or _is_tls(mapped):
-                            raise mapped from None
-                        await asyncio.sleep(0.05)
-        except TimeoutError:
-            raise EtcdConnectionError(
-                f"no etcd endpoint answered within {self._connect_timeout}s: [{self.endpoints}]"
-            ) from None
+        # Deadlines are gRPC's own: grpc.aio turns an outer cancel scope's cancellation into
+        # a fresh CancelledError that anyio would not recognise as its timeout.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._connect_timeout
+        last: EtcdRecipeError | None = None
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise EtcdConnectionError(
+                    f"no etcd endpoint answered within {self._connect_timeout}s: "
+                    f"[{self.endpoints}]" + (f"; last error: {last}" if last else "")
+                ) from last
+            try:
+                if self._auth is not None:
+                    await self._auth.refresh(timeout=remaining)
+                await await_call(
+                    pb.MaintenanceStub(self._channel).Status(
+                        pb.StatusRequest(), timeout=remaining, metadata=self._runner.metadata()
+                    )
+                )
+                return
+            except grpc.aio.AioRpcError as exc:
+                mapped = map_grpc_error(exc, op="connect", endpoints=self.endpoints)
+                retriable = isinstance(mapped, (EtcdConnectionError, EtcdTimeoutError))
+                if not retriable or isinstance(mapped, TlsHandshakeError):
+                    raise mapped from None
+                last = mapped
+                await asyncio.sleep(min(0.05, max(0.0, deadline - loop.time())))
 
     async def aclose(self) -> None:
         """Stop watches and keep-alives and close the channel; idempotent.
@@ -750,12 +758,6 @@ class EtcdClient:
     def request_progress(self) -> None:
         """Ask the server for a progress notification on the watch stream."""
         self._watch_hub.request_progress()
-
-
-def _is_tls(err: EtcdRecipeError) -> bool:
-    from .errors import TlsHandshakeError
-
-    return isinstance(err, TlsHandshakeError)
 
 
 def connect(

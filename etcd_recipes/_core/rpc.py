@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from types import EllipsisType
 from typing import Any, TypeVar
 
@@ -40,7 +40,14 @@ from ..errors import (
 from ..metrics import EtcdMetrics
 from ..resilience import RpcResilience
 
-__all__ = ["AuthManager", "RpcRunner", "is_auth_token_error", "is_retriable", "map_grpc_error"]
+__all__ = [
+    "AuthManager",
+    "RpcRunner",
+    "await_call",
+    "is_auth_token_error",
+    "is_retriable",
+    "map_grpc_error",
+]
 
 log = logging.getLogger("etcd_recipes.rpc")
 T = TypeVar("T")
@@ -139,6 +146,30 @@ def map_grpc_error(exc: BaseException, *, op: str, endpoints: str) -> EtcdRecipe
     return EtcdServerError(f"{where}: {code}: {details}", code=code, details=details)
 
 
+async def await_call(call: Any) -> Any:
+    """Await a ``grpc.aio`` unary call so that cancellation stays the caller's own.
+
+    Awaiting a call object directly, grpc.aio replaces the task's ``CancelledError`` with a
+    fresh one, losing the marker anyio uses to recognise its own cancel scopes (so
+    ``anyio.fail_after`` would leak a bare ``CancelledError`` instead of ``TimeoutError``).
+    Here the task parks on a plain future completed by the call's done-callback; on
+    cancellation the RPC is cancelled and the original exception propagates unchanged.
+    """
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def _finished(_: Any) -> None:
+        if not done.done():
+            done.set_result(None)
+
+    call.add_done_callback(_finished)
+    try:
+        await done
+    except asyncio.CancelledError:
+        call.cancel()
+        raise
+    return await call
+
+
 class AuthManager:
     """Holds the auth token and refreshes it (once, coalesced) when the server rejects it."""
 
@@ -172,7 +203,7 @@ class AuthManager:
                 return
             stub = pb.AuthStub(self._channel)
             req = pb.AuthenticateRequest(name=self.user, password=self.password)
-            resp = await stub.Authenticate(req, timeout=timeout)
+            resp = await await_call(stub.Authenticate(req, timeout=timeout))
             self.token = str(resp.token)
             self._generation += 1
 
@@ -199,7 +230,7 @@ class RpcRunner:
     async def call(
         self,
         op: str,
-        fn: Callable[..., Awaitable[T]],
+        fn: Callable[..., Any],
         request: Any,
         *,
         retry: bool = True,
@@ -222,7 +253,8 @@ class RpcRunner:
                 attempt += 1
                 generation = self.auth.generation if self.auth else 0
                 try:
-                    result = await fn(request, timeout=per_attempt, metadata=self.metadata())
+                    call = fn(request, timeout=per_attempt, metadata=self.metadata())
+                    result: T = await await_call(call)
                     failed = False
                     return result
                 except grpc.aio.AioRpcError as exc:
