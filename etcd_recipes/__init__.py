@@ -18,8 +18,11 @@ Example::
 from __future__ import annotations
 
 from ._core.lease import AcquisitionLease, SelfHealingLease
+from ._core.logctx import RecipeContextFilter, current_recipe
+from ._core.recipe import BackgroundException, Recipe
 from ._core.txn import Cmp, Compare, Op
 from ._core.watch import Watch
+from .barrier import DistributedBarrier
 from .client import EtcdClient, connect
 from .codecs import (
     BYTES,
@@ -35,6 +38,7 @@ from .codecs import (
     PydanticCodec,
     StrCodec,
 )
+from .counter import DistributedAtomicLong
 from .errors import *  # noqa: F403
 from .errors import __all__ as _errors_all
 from .events import (
@@ -50,6 +54,7 @@ from .events import (
     WatchResynced,
     WatchSuspended,
 )
+from .keyvalue import TransientKeyValue
 from .metrics import EtcdMetrics
 from .resilience import (
     LeaseResilience,
@@ -83,12 +88,15 @@ __all__ = [
     "JSON",
     "UTF8",
     "AcquisitionLease",
+    "BackgroundException",
     "BytesCodec",
     "Cmp",
     "Codec",
     "Compare",
     "ConnectionState",
     "DeleteResult",
+    "DistributedAtomicLong",
+    "DistributedBarrier",
     "EtcdClient",
     "EtcdMetrics",
     "EventType",
@@ -109,6 +117,8 @@ __all__ = [
     "PutResult",
     "PydanticCodec",
     "RangeResult",
+    "Recipe",
+    "RecipeContextFilter",
     "ResilienceConfig",
     "RetryPolicy",
     "RpcResilience",
@@ -117,6 +127,7 @@ __all__ = [
     "SortTarget",
     "Status",
     "StrCodec",
+    "TransientKeyValue",
     "TxnResult",
     "Watch",
     "WatchEvent",
@@ -127,5 +138,6 @@ __all__ = [
     "WatchResynced",
     "WatchSuspended",
     "connect",
+    "current_recipe",
     *_errors_all,
 ]
