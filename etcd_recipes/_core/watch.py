@@ -324,6 +324,8 @@ class Watch:
 
     def _on_created(self, header_revision: int) -> None:
         self._server_active = True
+        self._head_at_create = header_revision
+        self._auth_retried = False
         if self._resume <= 0:
             # Anchored at "now": from here on we know exactly where we are.
             self._resume = header_revision + 1
@@ -341,6 +343,11 @@ class Watch:
         if events:
             self._resume = max(self._resume, events[-1].kv.mod_revision + 1)
             self._queue.put_nowait(events)
+
+    def _on_stream_progress(self, header_revision: int) -> None:
+        # Caught up = the watch has delivered (or started past) the head it was created at.
+        if self._server_active and self._resume > self._head_at_create:
+            self._resume = max(self._resume, header_revision + 1)
 
     def _on_progress(self, header_revision: int) -> None:
         if self._server_active:
@@ -387,6 +394,8 @@ class Watch:
         self._queue.put_nowait([])
 
     _resubscribe_revision = 0
+    _head_at_create = 0
+    _auth_retried = False
 
 
 class WatchHub:
@@ -423,7 +432,19 @@ class WatchHub:
             )
 
     def recreate(self, watch: Watch) -> None:
-        if watch._id in self._watchers and self._stream_up:
+        """Re-create a watch the server dropped (compaction, server-side cancel) on the live
+        stream. The server may still hold its old id, so it gets a fresh one."""
+        if self._watchers.get(watch._id) is not watch:
+            return
+        old_id = watch._id
+        del self._watchers[old_id]
+        watch._id = self._next_id
+        self._next_id += 1
+        self._watchers[watch._id] = watch
+        if self._stream_up:
+            self._outbox.put_nowait(
+                pb.WatchRequest(cancel_request=pb.WatchCancelRequest(watch_id=old_id))
+            )
             self._outbox.put_nowait(watch._create_request())
 
     def unregister(self, watch: Watch) -> None:
@@ -518,15 +539,18 @@ class WatchHub:
     def _dispatch(self, msg: Any) -> None:
         revision = int(msg.header.revision)
         wid = int(msg.watch_id)
-        if wid == -1:  # reply to a progress request: applies to every synced watcher
+        if wid == -1:
+            # A reply to a stream-wide progress request. etcd 3.5.1 answers it with the head
+            # revision even while some watches are still replaying history, so it advances
+            # only watches known to be caught up (see Watch._on_stream_progress).
             for watch in self._watchers.values():
-                watch._on_progress(revision)
+                watch._on_stream_progress(revision)
             return
         target = self._watchers.get(wid)
         if target is None:
             return
         watch = target
-        if msg.created:
+        if msg.created and not msg.canceled:
             watch._on_created(revision)
         if msg.canceled:
             watch._server_active = False
@@ -544,7 +568,13 @@ class WatchHub:
 
     def _on_server_cancel(self, watch: Watch, reason: str) -> None:
         low = reason.lower()
-        if "permission denied" in low:
+        stale_token = "auth" in low or "token" in low
+        if "permission denied" in low and self._client._auth is not None:
+            # etcd reports an expired stream token as "permission denied" too: refresh the
+            # token once; only a denial with a fresh token is final.
+            stale_token = not watch._auth_retried
+            watch._auth_retried = True
+        if "permission denied" in low and not stale_token:
             watch._error = PermissionDeniedError(f"watch on {watch.key!r}: permission denied")
             watch._close_now()
             return
@@ -552,7 +582,7 @@ class WatchHub:
         if not watch._on_failure(cause):
             return
         delay = watch._resilience.retry_policy.next_delay(max(watch._attempt, 1), 0.0) or 0.05
-        if "auth" in low or "token" in low:
+        if stale_token:
             # The stream's token is stale: refresh it and rebuild the whole stream.
             asyncio.get_running_loop().create_task(self._refresh_and_restart())
             return
