@@ -42,7 +42,7 @@ from ._core.lease import (
     SelfHealingLease,
     validate_ttl,
 )
-from ._core.rpc import AuthManager, RpcRunner, await_call, map_grpc_error
+from ._core.rpc import AuthManager, RpcRunner, await_call, await_stream_op, map_grpc_error
 from ._core.txn import AnyOp, Compare, DeleteOp, GetOp, PutOp, TxnOp
 from ._core.watch import ResyncHook, Watch, WatchHub
 from .codecs import Codec, to_bytes
@@ -680,9 +680,13 @@ class EtcdClient:
         (``0`` when the lease no longer exists)."""
         stub = pb.LeaseStub(self._channel_or_raise())
         call = stub.LeaseKeepAlive(metadata=self._runner.metadata())
-        try:
+
+        async def exchange() -> Any:
             await call.write(pb.LeaseKeepAliveRequest(ID=lease_id))
-            msg = await call.read()
+            return await call.read()
+
+        try:
+            msg = await await_stream_op(exchange(), call)
         except grpc.aio.AioRpcError as exc:
             raise map_grpc_error(exc, op="lease_keep_alive", endpoints=self.endpoints) from None
         finally:

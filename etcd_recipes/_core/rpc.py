@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import EllipsisType
 from typing import Any, TypeVar
 
@@ -44,6 +44,7 @@ __all__ = [
     "AuthManager",
     "RpcRunner",
     "await_call",
+    "await_stream_op",
     "is_auth_token_error",
     "is_retriable",
     "map_grpc_error",
@@ -168,6 +169,20 @@ async def await_call(call: Any) -> Any:
         call.cancel()
         raise
     return await call
+
+
+async def await_stream_op(aw: Awaitable[T], call: Any) -> T:
+    """Await a ``grpc.aio`` stream operation (``write``/``read``) in a helper task, for the
+    same reason as :func:`await_call`: the caller's cancellation must stay its own. On
+    cancellation the whole stream call is cancelled."""
+    task = asyncio.ensure_future(aw)
+    try:
+        await asyncio.wait({task})
+    except asyncio.CancelledError:
+        call.cancel()
+        task.cancel()
+        raise
+    return task.result()
 
 
 class AuthManager:
