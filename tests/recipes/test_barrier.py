@@ -10,7 +10,6 @@ import pytest
 
 from etcd_recipes import ConnectionState, EmptyPathError, RecipeClosedError, connect
 from etcd_recipes.barrier import DistributedBarrier
-
 from tests.helpers import eventually
 
 
