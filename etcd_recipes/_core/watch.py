@@ -324,11 +324,13 @@ class Watch:
 
     def _on_created(self, header_revision: int) -> None:
         self._server_active = True
-        self._head_at_create = header_revision
         self._auth_retried = False
         if self._resume <= 0:
             # Anchored at "now": from here on we know exactly where we are.
             self._resume = header_revision + 1
+        # Synced from the start only if it starts above the head; a replaying watch is synced
+        # once etcd sends it a per-watch progress notification.
+        self._synced = self._resume > header_revision
         if self._suspended:
             self._suspended = False
             self._attempt = 0
@@ -345,13 +347,16 @@ class Watch:
             self._queue.put_nowait(events)
 
     def _on_stream_progress(self, header_revision: int) -> None:
-        # Caught up = the watch has delivered (or started past) the head it was created at.
-        if self._server_active and self._resume > self._head_at_create:
+        # Only for watches known to be synced (see _on_created / _on_progress).
+        if self._server_active and self._synced:
             self._resume = max(self._resume, header_revision + 1)
 
     def _on_progress(self, header_revision: int) -> None:
+        # etcd sends per-watch progress notifications only to synced watchers, in order with
+        # their events: safe to advance, and proof the watch has caught up.
         if self._server_active:
             self._resume = max(self._resume, header_revision + 1)
+            self._synced = True
 
     def _on_compacted(self, compact_revision: int) -> None:
         self._server_active = False
@@ -394,7 +399,7 @@ class Watch:
         self._queue.put_nowait([])
 
     _resubscribe_revision = 0
-    _head_at_create = 0
+    _synced = False
     _auth_retried = False
 
 
@@ -539,6 +544,9 @@ class WatchHub:
     def _dispatch(self, msg: Any) -> None:
         revision = int(msg.header.revision)
         wid = int(msg.watch_id)
+        if wid == -1 and (msg.created or msg.canceled):
+            log.warning("the server refused a watch request: %s", msg.cancel_reason)
+            return
         if wid == -1:
             # A reply to a stream-wide progress request. etcd 3.5.1 answers it with the head
             # revision even while some watches are still replaying history, so it advances
