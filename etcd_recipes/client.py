@@ -115,6 +115,7 @@ class EtcdClient:
         self._state = "new"
         self._watches: WatchHub | None = None
         self._lease_keeper: LeaseKeeper | None = None
+        self._stubs: dict[Any, Any] = {}  # one stub per service for the channel's lifetime
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -306,7 +307,10 @@ class EtcdClient:
         resilience: RpcResilience | None = None,
     ) -> Any:
         channel = self._channel_or_raise()
-        fn = getattr(stub_cls(channel), method)
+        stub = self._stubs.get(stub_cls)
+        if stub is None:
+            stub = self._stubs[stub_cls] = stub_cls(channel)
+        fn = getattr(stub, method)
         return await self._runner.call(
             op, fn, request, retry=retry, timeout=timeout, resilience=resilience
         )

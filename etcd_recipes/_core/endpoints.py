@@ -204,7 +204,7 @@ class ChannelSpec:
             ("grpc.keepalive_time_ms", _ms(self.keepalive_time)),
             ("grpc.keepalive_timeout_ms", _ms(self.keepalive_timeout)),
             ("grpc.http2.ping_timeout_ms", _ms(self.keepalive_timeout)),
-            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.keepalive_permit_without_calls", 0),  # etcd GOAWAYs pings on idle connections
             ("grpc.http2.max_pings_without_data", 0),
             ("grpc.initial_reconnect_backoff_ms", 50),
             ("grpc.min_reconnect_backoff_ms", 50),

@@ -533,6 +533,7 @@ class EtcdServer:
             proc = self._require_process()
             _signal(proc, signal.SIGSTOP)
             self._state.paused = True
+            _wait_stopped(proc.pid)
 
     def resume(self) -> None:
         """Undo :meth:`pause` with SIGCONT. No-op when not paused.
@@ -1067,3 +1068,20 @@ class ExternalEtcdServer:
 
     def __repr__(self) -> str:
         return f"<ExternalEtcdServer {','.join(self._urls)}>"
+
+
+def _wait_stopped(pid: int, timeout: float = 2.0) -> None:
+    """SIGSTOP lands asynchronously: wait until every thread of ``pid`` shows state ``T``."""
+    deadline = time.monotonic() + timeout
+    task_dir = f"/proc/{pid}/task"
+    while time.monotonic() < deadline:
+        try:
+            states = []
+            for tid in os.listdir(task_dir):
+                with open(f"{task_dir}/{tid}/stat") as fh:
+                    states.append(fh.read().rsplit(")", 1)[1].split()[0])
+        except OSError:
+            return  # no /proc (not Linux) or the process is gone: nothing to wait for
+        if states and all(state in ("T", "t") for state in states):
+            return
+        time.sleep(0.002)
