@@ -11,8 +11,8 @@ them). Every blocking call submits a coroutine to that loop and waits:
   raises :class:`~etcd_recipes.errors.EtcdTimeoutError` once its cleanup is done;
 * calling from a thread with a running event loop (including the loop thread itself) raises
   :class:`~etcd_recipes.errors.UsageError` instead of deadlocking;
-* listeners run on one dispatcher thread per runtime (in order, off the loop); hooks the async
-  API awaits run in anyio worker threads and may call back into the facade;
+* listeners run on one listener thread per runtime (in order, off the loop); hooks the async
+  API awaits run in anyio worker threads and may call back into the facade (``_callbacks``);
 * :meth:`Runtime.stop` cancels what is still running, closes the root object (the async
   client), stops the loop and joins every thread the runtime started.
 
@@ -33,8 +33,8 @@ import contextvars
 import functools
 import itertools
 import logging
+import math
 import os
-import queue
 import threading
 import time
 import weakref
@@ -43,9 +43,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import anyio
-import anyio.to_thread
 
 from ..errors import ClientClosedError, EtcdTimeoutError, ForkedProcessError, UsageError
+from ._callbacks import Callbacks
 
 if TYPE_CHECKING:
     from ._twin import SyncTwin
@@ -158,9 +158,7 @@ class Runtime:
         self.root: Any = None
         """The async object closed (``aclose()``) when the runtime stops: the client."""
         self._twins: weakref.WeakValueDictionary[int, SyncTwin] = weakref.WeakValueDictionary()
-        self._listeners: dict[Any, Callable[..., Any]] = {}
-        self._dispatcher: _Dispatcher | None = None
-        self._helper_threads: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+        self._callbacks = Callbacks(f"etcd-recipes-sync-{self._id}")
         self._thread = threading.Thread(
             target=self._run, name=f"etcd-recipes-sync-{self._id}", daemon=True
         )
@@ -208,12 +206,23 @@ class Runtime:
 
     @property
     def is_running(self) -> bool:
-        """Whether calls are accepted (False once :meth:`stop` was called)."""
+        """Whether calls are accepted (False once :meth:`stop` was called).
+
+        Example::
+
+            assert not rt.is_running  # after rt.stop()
+        """
         return self._state == "running"
 
     @property
     def loop_thread(self) -> threading.Thread:
-        """The thread that runs the event loop."""
+        """The thread that runs the event loop.
+
+        Example::
+
+            rt.stop()
+            assert not rt.loop_thread.is_alive()
+        """
         return self._thread
 
     def _check_caller(self) -> None:
@@ -443,24 +452,17 @@ class Runtime:
     async def _run_context(self, run: _ContextRun) -> None:
         cm = run.obj
         try:
-            with anyio.CancelScope() as scope:
+            # Only this outer scope: a context manager that opens a cancel scope or task group
+            # in __aenter__ must close it in __aexit__ with nothing of ours in between (LIFO).
+            with anyio.CancelScope(deadline=_scope_deadline(run.deadline)) as scope:
                 run.scope = scope
                 if run.reason:
                     scope.cancel()
                 run.exit_event = asyncio.Event()
-                with anyio.CancelScope(deadline=_scope_deadline(run.deadline)) as enter_scope:
-                    run.result = await cm.__aenter__()
-                if enter_scope.cancelled_caught:
-                    run.error = EtcdTimeoutError(
-                        "entering the block did not finish before its fail_after() deadline"
-                    )
-                    return
+                run.result = await cm.__aenter__()
+                scope.deadline = math.inf  # fail_after() bounds entering, not the block
                 run.entered.set()
-                try:
-                    await run.exit_event.wait()
-                finally:
-                    with anyio.CancelScope(shield=True):
-                        run.result = await cm.__aexit__(*run.exit_args)
+                await self._hold_open(run, cm, run.exit_event)
             if scope.cancelled_caught:
                 run.error = self._cancel_error(run)
         except BaseException as exc:
@@ -470,6 +472,20 @@ class Runtime:
             run.exit_args = (None, None, None)
             run.done.set()
             run.entered.set()
+
+    @staticmethod
+    async def _hold_open(run: _ContextRun, cm: Any, exit_event: asyncio.Event) -> None:
+        """Wait until the sync block ends, then exit the way ``async with`` would."""
+        try:
+            await exit_event.wait()
+        except BaseException as exc:
+            # Cancelled while the block runs: by the context manager itself (a lost hold
+            # cancels its scope), or by shutdown/Ctrl-C. __aexit__ sees that, like a body
+            # interrupted in `async with`; its own cleanup is shielded where it must be.
+            if not await cm.__aexit__(type(exc), exc, exc.__traceback__):
+                raise
+            return
+        run.result = await cm.__aexit__(*run.exit_args)
 
     # ------------------------------------------------------------------ twins, listeners, hooks
 
@@ -504,17 +520,13 @@ class Runtime:
             self._twins[id(twin._a)] = twin
 
     def listener(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """Wrap a listener so it runs on this runtime's dispatcher thread (in order).
-
-        The wrapper returns an awaitable that resolves when the listener has run, so a
-        listener's exception reaches the async side's error reporting. The same ``fn`` gives
-        the same wrapper (so ``remove_listener(fn)`` works).
+        """Wrap a listener so it runs on this runtime's listener thread (see ``_callbacks``).
 
         Example::
 
             async_lease.add_listener(rt.listener(print))
         """
-        return self._listener(fn, awaitable=True)
+        return self._callbacks.listener(fn, awaitable=True)
 
     def listener_nowait(self, fn: Callable[..., Any]) -> Callable[..., None]:
         """Like :meth:`listener`, for callbacks typed to return ``None`` (errors are logged).
@@ -523,83 +535,16 @@ class Runtime:
 
             async_obj.on_change(rt.listener_nowait(print))
         """
-        return self._listener(fn, awaitable=False)
-
-    def _listener(self, fn: Callable[..., Any], *, awaitable: bool) -> Callable[..., Any]:
-        if not callable(fn):
-            raise TypeError(f"a listener must be callable, not {fn!r}")
-        key = (fn, awaitable)
-        with self._lock:
-            existing = self._listeners.get(key)
-            if existing is not None:
-                return existing
-
-        def wrapper(*args: Any) -> Any:
-            fut: asyncio.Future[Any] | None = None
-            loop: asyncio.AbstractEventLoop | None = None
-            if awaitable:
-                with contextlib.suppress(RuntimeError):
-                    loop = asyncio.get_running_loop()
-                    fut = loop.create_future()
-            self._dispatch(functools.partial(self._run_listener, fn, args, loop, fut))
-            return fut
-
-        functools.update_wrapper(wrapper, fn)
-        with self._lock:
-            return self._listeners.setdefault(key, wrapper)
-
-    def _dispatch(self, job: Callable[[], None]) -> None:
-        with self._lock:
-            if self._dispatcher is None:
-                self._dispatcher = _Dispatcher(f"etcd-recipes-sync-{self._id}-listeners")
-                self._helper_threads.add(self._dispatcher.thread)
-            dispatcher = self._dispatcher
-        dispatcher.put(job)
-
-    def _run_listener(
-        self,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        loop: asyncio.AbstractEventLoop | None,
-        fut: asyncio.Future[Any] | None,
-    ) -> None:
-        result: Any = None
-        error: BaseException | None = None
-        try:
-            result = fn(*args)
-        except BaseException as exc:
-            error = exc
-        if loop is not None and fut is not None:
-            try:
-                loop.call_soon_threadsafe(_settle, fut, result, error)
-                return
-            except RuntimeError:  # the loop is closed: nobody awaits the result any more
-                pass
-        if error is not None:
-            log.warning("listener %r raised %r", fn, error, exc_info=error)
+        return self._callbacks.listener(fn, awaitable=False)
 
     def hook(self, fn: Callable[P, T]) -> Callable[P, Awaitable[T]]:
         """Wrap a blocking hook as the coroutine function the async API awaits.
-
-        The hook runs in an anyio worker thread (so it may call back into the facade); a
-        cancelled await waits for the hook to return.
 
         Example::
 
             lease = async_client.self_healing_lease(5, rt.hook(establish))
         """
-        if not callable(fn):
-            raise TypeError(f"a hook must be callable, not {fn!r}")
-
-        def in_thread(*args: P.args, **kwargs: P.kwargs) -> T:
-            self._helper_threads.add(threading.current_thread())
-            return fn(*args, **kwargs)
-
-        async def hook(*args: P.args, **kwargs: P.kwargs) -> T:
-            return await anyio.to_thread.run_sync(functools.partial(in_thread, *args, **kwargs))
-
-        functools.update_wrapper(hook, fn)
-        return hook
+        return self._callbacks.hook(fn)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -624,7 +569,7 @@ class Runtime:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(stop_event.set)
         current = threading.current_thread()
-        if current is self._thread or current in self._helper_threads:
+        if current is self._thread or self._callbacks.owns(current):
             return
         self._thread.join(CLEANUP_TIMEOUT * 2 + 5)
         if self._thread.is_alive():  # pragma: no cover - a cleanup ignored its bound
@@ -638,7 +583,7 @@ class Runtime:
         finally:
             self._state = "stopped"
             self._ready.set()
-            self._join_helpers()
+            self._callbacks.stop(CLEANUP_TIMEOUT)
 
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -663,7 +608,6 @@ class Runtime:
             ]
             for task in pending:
                 self._tasks[task].cancel("shutdown")
-                self._release_if_context(self._tasks[task])
             if pending:
                 await asyncio.wait(pending, timeout=CLEANUP_TIMEOUT)
         if root is not None and hasattr(root, "aclose"):
@@ -673,24 +617,24 @@ class Runtime:
                 except Exception:
                     log.debug("closing %r failed", root, exc_info=True)
 
-    def _release_if_context(self, call: _Call) -> None:
-        if isinstance(call, _ContextRun) and not (call.exit_event and call.exit_event.is_set()):
-            call.exit_args = (ClientClosedError, ClientClosedError("client closed"), None)
 
-    def _join_helpers(self) -> None:
-        dispatcher = self._dispatcher
-        if dispatcher is not None:
-            dispatcher.stop()
-        end = time.monotonic() + CLEANUP_TIMEOUT
-        for thread in list(self._helper_threads):
-            if thread is not threading.current_thread():
-                thread.join(max(0.0, end - time.monotonic()))
+def running_loop_here() -> bool:
+    """Whether the calling thread runs an asyncio event loop right now.
 
+    Example::
 
-def _refuse_running_loop() -> None:
+        if running_loop_here():
+            raise UsageError("use the async API here")
+    """
     try:
         asyncio.get_running_loop()
     except RuntimeError:
+        return False
+    return True
+
+
+def _refuse_running_loop() -> None:
+    if not running_loop_here():
         return
     raise UsageError(
         "a blocking etcd_recipes.sync call was made from a running event loop, which it "
@@ -701,40 +645,7 @@ def _refuse_running_loop() -> None:
 
 def _scope_deadline(deadline: float | None) -> float:
     # anyio's clock on asyncio is loop.time(), i.e. time.monotonic().
-    return float("inf") if deadline is None else deadline
-
-
-def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if fut.done():
-        return
-    if error is not None:
-        fut.set_exception(error)
-    else:
-        fut.set_result(result)
-
-
-class _Dispatcher:
-    """One daemon thread running queued jobs in order (the listeners of one runtime)."""
-
-    def __init__(self, name: str) -> None:
-        self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-        self.thread = threading.Thread(target=self._work, name=name, daemon=True)
-        self.thread.start()
-
-    def put(self, job: Callable[[], None]) -> None:
-        self._queue.put(job)
-
-    def stop(self) -> None:
-        self._queue.put(None)
-        if self.thread is not threading.current_thread():
-            self.thread.join(CLEANUP_TIMEOUT)
-
-    def _work(self) -> None:
-        while True:
-            job = self._queue.get()
-            if job is None:
-                return
-            job()
+    return math.inf if deadline is None else deadline
 
 
 def _after_fork_in_child() -> None:

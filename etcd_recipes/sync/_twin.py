@@ -19,7 +19,7 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from ._runtime import Runtime
+from ._runtime import Runtime, running_loop_here
 
 __all__ = ["SyncContextManager", "SyncIterator", "SyncTwin", "twin_class_for"]
 
@@ -85,9 +85,14 @@ class SyncTwin:
         return self._rt.twin(obj, self._owner())
 
     def _release(self) -> None:
-        """Stop the runtime if this twin owns it (the client); a no-op for other objects."""
-        if self._finalizer is not None:
-            self._finalizer()
+        """Stop the runtime if this twin owns it (the client); a no-op for other objects.
+
+        Also a no-op in a thread with a running event loop: the close that led here was
+        refused there (``UsageError``), and the client stays usable.
+        """
+        if self._finalizer is None or running_loop_here():
+            return
+        self._finalizer()
 
     def __repr__(self) -> str:
         return f"<blocking {self._a!r}>"
