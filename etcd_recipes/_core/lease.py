@@ -233,8 +233,9 @@ class LeaseKeeper:
 
 async def _revoke_quietly(client: EtcdClient, lease_id: int) -> None:
     """Revoke, shielded from cancellation and bounded in time; failures are logged."""
-    with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT):
-        await client.lease_revoke(lease_id)
+    from .waiting import run_shielded
+
+    await run_shielded(lambda: client.lease_revoke(lease_id), what=f"revoking lease {lease_id:x}")
 
 
 class _LeaseBase:

@@ -24,15 +24,13 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-import anyio
-
 from ..errors import AlreadyStartedError, NotStartedError, RecipeClosedError
 from ..events import ConnectionState, LeaseEvent, WatchRecoveryEvent, state_after
 from .keys import client_id as make_client_id
 from .keys import require_path
 from .listeners import ListenerSet
 from .logctx import recipe_context
-from .waiting import CLEANUP_TIMEOUT
+from .waiting import CLEANUP_TIMEOUT, run_shielded
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
@@ -133,15 +131,19 @@ class Recipe:
         if self._lifecycle == "closed":
             return
         self._lifecycle = "closed"
-        with anyio.CancelScope(shield=True):
+
+        async def close() -> None:
             with recipe_context(self.exception_context):
                 try:
-                    with anyio.move_on_after(CLEANUP_TIMEOUT * 2):
-                        await self._do_close()
+                    await self._do_close()
                 except Exception as exc:
                     self._record_exception(exc, "close")
                 finally:
                     await self._cancel_tasks()
+
+        await run_shielded(
+            close, what=f"closing {self.exception_context}", timeout=CLEANUP_TIMEOUT * 2
+        )
 
     async def __aenter__(self: R) -> R:
         return await self.start()

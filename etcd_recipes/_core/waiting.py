@@ -18,6 +18,7 @@ Both work under plain asyncio (task cancel, ``asyncio.timeout``) and under anyio
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -51,15 +52,35 @@ async def run_shielded(
 ) -> None:
     """Run ``cleanup`` to completion, shielded from cancellation, bounded by ``timeout``.
 
+    Shielded against both kinds of cancellation: anyio's (a ``CancelScope(shield=True)``) and
+    native asyncio ones (``task.cancel()`` again while cleaning up, e.g. by a task group whose
+    sibling failed), which pierce anyio shields. The cleanup runs in its own task; a native
+    cancellation that arrives meanwhile is re-raised once the cleanup has finished.
     Failures are logged, never raised: a cleanup must not mask the error that triggered it.
     """
-    with anyio.CancelScope(shield=True), anyio.move_on_after(timeout) as scope:
-        try:
-            await cleanup()
-        except Exception as exc:
-            log.warning("%s failed: %r", what, exc)
-    if scope.cancelled_caught:
-        log.warning("%s did not finish within %.1fs; abandoned", what, timeout)
+
+    async def bounded() -> None:
+        with anyio.move_on_after(timeout) as scope:
+            try:
+                await cleanup()
+            except Exception as exc:
+                log.warning("%s failed: %r", what, exc)
+        if scope.cancelled_caught:
+            log.warning("%s did not finish within %.1fs; abandoned", what, timeout)
+
+    late_cancel: BaseException | None = None
+    with anyio.CancelScope(shield=True):
+        task = asyncio.get_running_loop().create_task(bounded())
+        while True:
+            try:
+                await asyncio.shield(task)
+                break
+            except asyncio.CancelledError as exc:
+                if task.done():
+                    break
+                late_cancel = exc  # keep waiting: the cleanup must finish first
+    if late_cancel is not None:
+        raise late_cancel
 
 
 @contextlib.asynccontextmanager

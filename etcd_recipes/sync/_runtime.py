@@ -100,6 +100,36 @@ def _current_deadline() -> float | None:
     return min(stack) if stack else None
 
 
+class _Flag:
+    """A one-shot flag for one waiting thread: a pre-acquired lock released by :meth:`set`.
+
+    Cheaper than ``threading.Event`` (whose every ``wait`` allocates a lock for a condition).
+    """
+
+    __slots__ = ("_lock", "_set")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self._set = False
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            self._lock.release()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._set:
+            return True
+        if self._lock.acquire(timeout=-1 if timeout is None else timeout):
+            self._lock.release()
+            return True
+        return self._set
+
+
 class _Call:
     """One submission to the loop; ``done`` is set after the coroutine (and its cleanup) ended."""
 
@@ -107,7 +137,7 @@ class _Call:
 
     def __init__(self, deadline: float | None) -> None:
         self.deadline = deadline
-        self.done = threading.Event()
+        self.done = _Flag()
         self.result: Any = None
         self.error: BaseException | None = None
         self.scope: anyio.CancelScope | None = None
@@ -323,6 +353,8 @@ class Runtime:
         self, fn: Callable[..., Awaitable[Any]], args: Any, kwargs: Any, call: _Call
     ) -> None:
         assert self._loop is not None
+        # Always under an anyio cancel scope: cancelling the task natively would pierce anyio
+        # shields inside the call (e.g. anyio.to_thread waiting for a hook to return).
         task = self._loop.create_task(self._execute(call, fn, args, kwargs))
         self._tasks[task] = call
         task.add_done_callback(self._tasks.pop)

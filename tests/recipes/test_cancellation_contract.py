@@ -57,3 +57,30 @@ async def test_barrier_wait_cancelled_at_any_point_leaves_nothing(
         await eventually(lambda: etcd_client._watch_hub.watcher_count == 0, what="no watches")
         assert etcd_client._leases.lease_count == leases
         assert [kv.key for kv in await etcd_client.get_prefix(etcd_prefix)] == [path.encode()]
+
+
+async def test_cleanup_survives_a_second_native_cancel(etcd_client, etcd_prefix):
+    """A task cancelled again while its recipe cleans up (as a task group does when a sibling
+    fails) still finishes the cleanup: the transient key and its lease are gone."""
+    from etcd_recipes.keyvalue import TransientKeyValue
+
+    key = etcd_prefix + "presence"
+    started = asyncio.Event()
+    lease_ids: list[int] = []
+
+    async def owner() -> None:
+        async with TransientKeyValue(etcd_client, key, b"x", lease_ttl=30) as tkv:
+            lease_ids.append(tkv.lease_id)
+            started.set()
+            await asyncio.sleep(3600)
+
+    task = asyncio.create_task(owner())
+    await started.wait()
+    task.cancel()
+    for _ in range(20):  # keep cancelling while __aexit__ revokes the lease
+        await asyncio.sleep(0)
+        task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await etcd_client.get(key) is None
+    assert (await etcd_client.lease_time_to_live(lease_ids[0])).ttl == -1
