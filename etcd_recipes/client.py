@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -295,7 +295,7 @@ class EtcdClient:
 
     # ------------------------------------------------------------------ calls
 
-    async def _call(
+    def _call(
         self,
         op: str,
         method: str,
@@ -305,13 +305,14 @@ class EtcdClient:
         retry: bool = True,
         timeout: float | None = _UNSET,
         resilience: RpcResilience | None = None,
-    ) -> Any:
+    ) -> Coroutine[Any, Any, Any]:
+        # A plain function returning the funnel's coroutine: one frame less per call.
         channel = self._channel_or_raise()
         stub = self._stubs.get(stub_cls)
         if stub is None:
             stub = self._stubs[stub_cls] = stub_cls(channel)
         fn = getattr(stub, method)
-        return await self._runner.call(
+        return self._runner.call(
             op, fn, request, retry=retry, timeout=timeout, resilience=resilience
         )
 
