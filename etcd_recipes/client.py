@@ -305,6 +305,7 @@ class EtcdClient:
         retry: bool = True,
         timeout: float | None = _UNSET,
         resilience: RpcResilience | None = None,
+        detached: bool = False,
     ) -> Coroutine[Any, Any, Any]:
         # A plain function returning the funnel's coroutine: one frame less per call.
         channel = self._channel_or_raise()
@@ -313,7 +314,7 @@ class EtcdClient:
             stub = self._stubs[stub_cls] = stub_cls(channel)
         fn = getattr(stub, method)
         return self._runner.call(
-            op, fn, request, retry=retry, timeout=timeout, resilience=resilience
+            op, fn, request, retry=retry, timeout=timeout, resilience=resilience, detached=detached
         )
 
     # ------------------------------------------------------------------ KV
@@ -561,7 +562,9 @@ class EtcdClient:
             print("won" if r.succeeded else "lost")
         """
         req = self._txn_pb(compare, success, failure)
-        resp = await self._call("txn", "Txn", pb.KVStub, req, retry=False, timeout=timeout)
+        resp = await self._call(
+            "txn", "Txn", pb.KVStub, req, retry=False, timeout=timeout, detached=True
+        )
         return self._txn_result(resp)
 
     async def compact(

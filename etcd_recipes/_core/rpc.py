@@ -251,11 +251,17 @@ class RpcRunner:
         retry: bool = True,
         timeout: float | EllipsisType | None = ...,
         resilience: RpcResilience | None = None,
+        detached: bool = False,
     ) -> T:
         """Call ``fn(request, timeout=..., metadata=...)`` with retries and error mapping.
 
         ``timeout`` overrides the per-attempt timeout (``None``: unbounded); ``retry=False``
         makes exactly one attempt (transactions).
+
+        ``detached=True`` (transactions) never cancels the RPC on the server: the timeout is
+        enforced here and a cancelled caller leaves the call to finish on its own. etcd
+        3.5.0-3.5.2 **crash** ("unexpected error during txn") when a read-only transaction's
+        context is cancelled or times out server-side, which any caller cancellation did.
         """
         res = resilience or self.resilience
         per_attempt = res.operation_timeout if timeout is ... else timeout
@@ -268,6 +274,10 @@ class RpcRunner:
                 attempt += 1
                 generation = self.auth.generation if self.auth else 0
                 try:
+                    if detached:
+                        result: T = await self._detached_attempt(op, fn, request, per_attempt)
+                        failed = False
+                        return result
                     call = fn(request, timeout=per_attempt, metadata=self.metadata())
                     # await_call, inlined (this is the hottest path of the library).
                     done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -277,7 +287,7 @@ class RpcRunner:
                     except asyncio.CancelledError:
                         call.cancel()
                         raise
-                    result: T = await call
+                    result = await call
                     failed = False
                     return result
                 except grpc.aio.AioRpcError as exc:
@@ -312,3 +322,28 @@ class RpcRunner:
                     await asyncio.sleep(delay)
         finally:
             self.metrics.record_rpc(op, time.monotonic() - start, attempt, failed)
+
+    async def _detached_attempt(
+        self, op: str, fn: Callable[..., Any], request: Any, per_attempt: float | None
+    ) -> Any:
+        call = fn(request, timeout=None, metadata=self.metadata())
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def wake(*_: Any) -> None:
+            if not done.done():
+                done.set_result(None)
+
+        call.add_done_callback(wake)
+        timer = None if per_attempt is None else loop.call_later(per_attempt, wake)
+        try:
+            await done  # a cancelled caller leaves here; the call finishes (unobserved) alone
+        finally:
+            if timer is not None:
+                timer.cancel()
+        if not call.done():
+            raise EtcdTimeoutError(
+                f"{op} on [{self.endpoints}]: no answer within {per_attempt}s "
+                "(the transaction may still commit)"
+            )
+        return await call
