@@ -18,6 +18,11 @@ Cancellation is never wrapped: a cancelled call re-raises the caller's own cance
 from __future__ import annotations
 
 __all__ = [
+    "DuplicateParticipantError",
+    "SemaphorePermitMismatchError",
+    "LockUpgradeError",
+    "LockNotHeldError",
+    "LockTimeoutError",
     "AlreadyStartedError",
     "AuthenticationError",
     "ClaimLostError",
@@ -83,6 +88,21 @@ class TlsHandshakeError(EtcdConnectionError):
 
 class EtcdTimeoutError(EtcdRecipeError, TimeoutError):
     """An operation or a wait did not finish in time. Also a built-in :class:`TimeoutError`."""
+
+
+class LockTimeoutError(EtcdTimeoutError):
+    """A lock or permit was not acquired within the ``timeout`` of ``with_lock()`` /
+    ``with_permit()``: the body did not run and nothing was left queued in etcd.
+    Also a built-in :class:`TimeoutError`.
+
+    Example::
+
+        try:
+            async with mutex.with_lock(timeout=5):
+                ...
+        except LockTimeoutError:
+            print("busy; try later")
+    """
 
 
 class RetriesExhaustedError(EtcdRecipeError):
@@ -189,6 +209,27 @@ class CodecError(InvalidArgumentError):
     """A value could not be encoded or decoded by its codec; the codec's error is chained."""
 
 
+class SemaphorePermitMismatchError(InvalidArgumentError):
+    """The semaphore's stored permit count differs from this instance's ``permits``.
+
+    The first instance on a path fixes the count; delete ``<path>/permits`` (with no holders
+    left) to change it. Also a built-in :class:`ValueError`.
+
+    Example::
+
+        try:
+            await DistributedSemaphore(client, "/sem/uploads", permits=5).acquire()
+        except SemaphorePermitMismatchError as exc:
+            print(exc.requested, "!=", exc.canonical)
+    """
+
+    def __init__(self, message: str, *, path: str, requested: int, canonical: int) -> None:
+        super().__init__(message)
+        self.path = path
+        self.requested = requested
+        self.canonical = canonical
+
+
 # --------------------------------------------------------------------------- misuse
 
 
@@ -218,6 +259,44 @@ class NotStartedError(UsageError):
 
 class RecipeClosedError(UsageError):
     """The recipe was used after ``aclose()``."""
+
+
+class LockNotHeldError(UsageError):
+    """``release()`` (or a fencing call) without a hold: the calling task holds nothing, and
+    no hold of a finished task is left. Also a built-in :class:`RuntimeError`.
+
+    Example::
+
+        with pytest.raises(LockNotHeldError):
+            await DistributedMutex(client, "/locks/a").release()
+    """
+
+
+class LockUpgradeError(UsageError):
+    """A task holding the read lock asked for the write lock. Upgrading is refused because
+    two upgrading readers would wait for each other forever; release the read lock first.
+    Also a built-in :class:`RuntimeError`.
+
+    Example::
+
+        async with rw.read_lock:
+            await rw.write_lock.acquire()  # raises LockUpgradeError
+    """
+
+
+class DuplicateParticipantError(UsageError):
+    """Another live candidate uses the same ``client_id`` on this election path.
+
+    A candidate's participation key is ``<path>/participants/<client_id>``; a leftover key from
+    a previous process is waited for (up to twice the lease TTL) before this is raised.
+
+    Example::
+
+        try:
+            await LeaderLatch(client, "/elections/x", client_id="node-1").start()
+        except DuplicateParticipantError:
+            ...  # two processes were configured with the same client id
+    """
 
 
 # --------------------------------------------------------------------------- lost holds

@@ -1,0 +1,526 @@
+"""A counting semaphore: at most ``permits`` holders across every process on a path.
+
+:Status: Beta
+
+Key layout (shared with the JVM library):
+
+* ``<path>/permits`` -- the canonical permit count as a **4-byte big-endian int**, written once
+  by the first instance (``If(version == 0)``) and never leased; an instance whose ``permits``
+  differs raises :class:`SemaphorePermitMismatchError` on first use;
+* ``<path>/holders/<client_id>:<7 chars>`` -- one key per acquisition, **waiters included**,
+  value ``client_id``, on the instance's acquisition lease (kept across its permits, never
+  re-granted under a permit). An acquisition is admitted when fewer than ``permits`` holder
+  keys are older than its own (its *rank*), so grants are FIFO by create revision.
+
+Guarantees:
+
+* never more than ``permits`` admitted holders at any revision: a key's rank only shrinks while
+  it lives, and a waiter re-reads its rank *and its own key* before it claims a permit;
+* waiting is **herd-free**: only the first waiter watches the holders (for deletions); every
+  other waiter watches just its predecessor, which touches its own key (one extra write, same
+  create revision) when it is admitted after waiting. A release wakes one waiter;
+* permits belong to the **instance**, not to a task: any task may ``release()`` (LIFO among the
+  instance's permits, like ``java.util.concurrent.Semaphore``), and ``async with semaphore:`` /
+  ``with_permit()`` release exactly the permit they took;
+* a lost permit (lease expired or revoked, key deleted) is reported once to the permit-lost
+  listeners, ``connection_state`` becomes ``LOST``, a scoped body is cancelled with
+  :class:`~etcd_recipes.errors.PermitLostError`, and the ``release()`` that would have
+  returned it returns False;
+* a cancelled or timed-out acquisition deletes its waiter key (and revokes the lease when the
+  instance holds nothing else) before the cancellation propagates;
+* every permit has a fencing token and a compare (:class:`~etcd_recipes.lock.LockHold`).
+
+Not guaranteed: like every lease-based lock, a holder paused or partitioned past its TTL may
+still run while its permit is already someone else's -- fence writes with the permit's compare.
+``available_permits()`` is advisory (waiters count as holders, as in the reference). A JVM waiter
+does not touch its key when admitted, so a Python waiter queued right behind it waits until it
+releases (correct, just later).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+
+from ._core.hold import Hold
+from ._core.keys import append_to_path, random_token
+from ._core.lease import validate_ttl
+from ._core.listeners import ListenerSet
+from ._core.recipe import Recipe
+from ._core.txn import Cmp, Op
+from ._core.waiting import abort_guard, wait_for_change
+from .codecs import INT32
+from .errors import (
+    InvalidArgumentError,
+    LeaseEventError,
+    LockNotHeldError,
+    LockTimeoutError,
+    LostError,
+    PermitLostError,
+    RecipeClosedError,
+    SemaphorePermitMismatchError,
+)
+from .events import LeaseEvent, LeaseExpired, LeaseSuspended
+from .lock import (
+    DEFAULT_TTL,
+    LockHold,
+    _check_timeout,
+    _deadline_scope,
+    _fire,
+    _Guard,
+    _Held,
+    _leased_txn,
+    _leave_guard,
+    _monitor_soon,
+    _range,
+    _read_queue,
+    _Requeue,
+    _Session,
+    _SessionLease,
+    _task,
+    _wait_unless_lost,
+)
+from .types import EventType, KeyValue, WatchEvent
+
+if TYPE_CHECKING:
+    from .client import EtcdClient
+
+__all__ = ["DistributedSemaphore", "SemaphorePermitMismatchError"]
+
+log = logging.getLogger("etcd_recipes.semaphore")
+
+_S = TypeVar("_S", bound="DistributedSemaphore")
+
+PermitLostListener = Callable[[BaseException | None], Any]
+"""Called with the cause (or ``None``) once per lost permit."""
+
+
+class _Permit:
+    __slots__ = ("counted", "guards", "held")
+
+    def __init__(self, held: _Held) -> None:
+        self.held = held
+        self.guards: list[_Guard] = []
+        self.counted = False  # counted in the dispossessed tally
+
+
+class DistributedSemaphore(Recipe):
+    """A distributed counting semaphore with ``permits`` permits.
+
+    Example::
+
+        semaphore = DistributedSemaphore(client, "/semaphores/uploads", permits=3)
+        async with semaphore.with_permit(timeout=10) as permit:
+            ...  # at most 3 of these run cluster-wide; permit.fencing_token fences writes
+        await semaphore.acquire()      # the split form: any task may release
+        await semaphore.release()
+        await semaphore.aclose()
+
+    ``async with semaphore:`` takes a permit for the body (it is not the recipe's lifecycle:
+    close the instance with ``aclose()``). Not reentrant: every acquisition takes a permit.
+
+    :param permits: at least 1; must match the count stored by the first instance.
+    :param lease_ttl: seconds; how long a permit outlives this process if it dies holding it.
+    """
+
+    one_shot = False
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        path: str,
+        permits: int,
+        *,
+        lease_ttl: float = DEFAULT_TTL,
+        client_id: str | None = None,
+    ) -> None:
+        super().__init__(client, path, client_id=client_id)
+        if isinstance(permits, bool) or not isinstance(permits, int) or not 1 <= permits < 2**31:
+            raise InvalidArgumentError(f"permits must be an int >= 1, not {permits!r}")
+        self.permits = permits
+        """The number of permits (the canonical count on the path must match)."""
+        self.lease_ttl = validate_ttl(lease_ttl)
+        """The acquisition lease's TTL in whole seconds."""
+        self._permits_key = append_to_path(path, "permits")
+        self._holders = append_to_path(path, "holders") + "/"
+        self._session = _Session(client, self.lease_ttl, self._on_lease_event)
+        self._validated = False
+        self._stack: list[_Permit] = []  # permits taken with acquire(), oldest first
+        self._scoped: list[_Permit] = []  # permits of async-with blocks
+        self._lost_permits: list[_Permit] = []  # lost acquire() permits not released yet
+        self._entered: dict[asyncio.Task[Any], list[AbstractAsyncContextManager[LockHold]]] = {}
+        self._aborts: set[anyio.CancelScope] = set()
+        self._lost_listeners = ListenerSet("permit-lost", self._record_listener_error)
+
+    # ---------------------------------------------------------------- state
+
+    @property
+    def held_permits(self) -> int:
+        """How many permits this instance holds now (lost ones excluded)."""
+        return sum(1 for p in (*self._stack, *self._scoped) if not p.held.hold.is_lost)
+
+    @property
+    def hold(self) -> LockHold | None:
+        """The most recently acquired live permit of this instance (fencing token and
+        compare), or ``None``."""
+        for permit in reversed([*self._stack, *self._scoped]):
+            if not permit.held.hold.is_lost:
+                return permit.held.public
+        return None
+
+    async def available_permits(self) -> int:
+        """``permits`` minus the holder keys (waiters included): one read, advisory."""
+        self._check_open()
+        return max(0, self.permits - await self._client.count(self._holders))
+
+    def add_permit_lost_listener(self, listener: PermitLostListener) -> None:
+        """Call ``listener(cause)`` once each time a permit of this instance is lost.
+
+        Example::
+
+            semaphore.add_permit_lost_listener(lambda cause: log.error("permit lost: %s", cause))
+        """
+        self._lost_listeners.add(listener)
+
+    def remove_permit_lost_listener(self, listener: PermitLostListener) -> None:
+        """Stop calling ``listener``."""
+        self._lost_listeners.remove(listener)
+
+    # ---------------------------------------------------------------- acquire / release
+
+    async def acquire(self, timeout: float | None = None) -> bool:
+        """Take a permit; False if ``timeout`` seconds pass first (nothing is left queued).
+
+        The permit belongs to the instance: release it with :meth:`release`, from any task.
+        Raises :class:`SemaphorePermitMismatchError` on a count mismatch.
+
+        Example::
+
+            if await semaphore.acquire(timeout=5):
+                try:
+                    ...
+                finally:
+                    await semaphore.release()
+        """
+        permit = await self._acquire_permit(timeout)
+        if permit is None:
+            return False
+        self._stack.append(permit)
+        return True
+
+    async def release(self) -> bool:
+        """Return the most recently acquired permit (from any task).
+
+        True if it was still held; False if it had been lost (or released by ``aclose()``).
+        Raises :class:`~etcd_recipes.lock.LockNotHeldError` when nothing is left to release.
+
+        Example::
+
+            await semaphore.release()
+        """
+        if self._stack:
+            return await self._stack.pop().held.release()
+        if self._lost_permits:
+            permit = self._lost_permits.pop()
+            permit.counted = False
+            await permit.held.release()
+            return False
+        raise LockNotHeldError(f"{self.exception_context}: no permit to release")
+
+    async def _acquire_permit(self, timeout: float | None) -> _Permit | None:
+        self._check_open()
+        _check_timeout(timeout)
+        started = time.monotonic()
+        held: _Held | None = None
+        with _deadline_scope(timeout) as abort:
+            self._aborts.add(abort)
+            try:
+                await self._validate()
+                held = await self._take()
+            finally:
+                self._aborts.discard(abort)
+        if held is not None and self.is_closed:
+            await held.release()
+            held = None
+        if held is None:
+            if self.is_closed:
+                raise RecipeClosedError(f"{self.exception_context}: aborted by aclose()")
+            return None
+        held.views.append(self)
+        self._client._resilience.metrics.record_latency(
+            "semaphore.acquire", time.monotonic() - started
+        )
+        return _Permit(held)
+
+    async def _validate(self) -> None:
+        if self._validated:
+            return
+        key, wanted = self._permits_key, INT32.encode(self.permits)
+        while True:
+            result = await self._client.txn(
+                [Cmp.create_revision(key) == 0], [Op.put(key, wanted)], [Op.get(key)]
+            )
+            if result.succeeded:
+                break
+            kvs = _range(result, 0).kvs
+            if not kvs:
+                continue  # deleted in between: try to create it again
+            canonical = INT32.decode(kvs[0].value)
+            if canonical != self.permits:
+                raise SemaphorePermitMismatchError(
+                    f"{self.exception_context}: this instance has {self.permits} permits but "
+                    f"the semaphore was created with {canonical}",
+                    path=self.path,
+                    requested=self.permits,
+                    canonical=canonical,
+                )
+            break
+        self._validated = True
+
+    async def _take(self) -> _Held:
+        while True:
+            lease = await self._session.join()
+            key = f"{self._holders}{self.client_id}:{random_token()}"
+            try:
+                return await self._queue(lease, key)
+            except _Requeue as exc:
+                self._record_exception(exc, "requeue")
+                log.info("%s: %s; queueing again", self.exception_context, exc)
+                await asyncio.sleep(exc.delay)
+
+    async def _queue(self, lease: _SessionLease, key: str) -> _Held:
+        client = self._client
+        value = self.client_id.encode()
+        created = False
+
+        async def cleanup() -> None:
+            if created:
+                await client.delete(key)
+            await self._session.abandon(lease)
+
+        async with abort_guard(cleanup, what=f"{self.exception_context}: abandoning a waiter"):
+            created = True
+            first = await _leased_txn(
+                client,
+                self._session,
+                lease,
+                [Cmp.create_revision(key) == 0],
+                [
+                    Op.put(key, value, lease=lease.id),
+                    Op.get(self._holders, prefix=True, count_only=True),
+                ],
+            )
+            if not first.succeeded:
+                created = False
+                raise _Requeue(f"the random waiter key {key} exists already")
+            mine, seen = first.revision, first.revision
+            rank = _range(first, 1).count - 1  # every other holder key is older than ours
+            waited = False
+            while rank >= self.permits:
+                waited = True
+                queue = await _read_queue(client, self._holders, key, mine)
+                if queue.own is None:
+                    raise _Requeue(f"the waiter key {key} disappeared (lease expired or deleted)")
+                rank, seen = len(queue.earlier), queue.revision
+                if rank < self.permits:
+                    break
+                if rank == self.permits:
+                    await self._wait_first(lease, key, mine, queue.earlier, seen)
+                else:
+                    await self._wait_behind(lease, queue.earlier[0], seen)
+            if waited:
+                # Admitted after waiting: whoever queued right behind us watches our key, and
+                # our admission is its cue to move up (a touch that keeps the create revision).
+                touch = await _leased_txn(
+                    client,
+                    self._session,
+                    lease,
+                    [Cmp.create_revision(key) == mine],
+                    [Op.put(key, value, lease=lease.id)],
+                )
+                if not touch.succeeded:
+                    raise _Requeue(f"the waiter key {key} disappeared (lease expired or deleted)")
+                seen = touch.revision
+            hold = Hold(client, key, lease, mine, PermitLostError, self.exception_context)
+            _monitor_soon(hold, seen)
+            return _Held(hold, lease, self._session)
+
+    async def _wait_first(
+        self, lease: _SessionLease, key: str, mine: int, earlier: list[KeyValue], seen: int
+    ) -> None:
+        """First in line: wait for any of the ``permits`` older holder keys to go."""
+        client = self._client
+        pending = {kv.key for kv in earlier}
+        own = key.encode()
+
+        def freed(event: WatchEvent) -> bool:
+            pending.discard(event.kv.key)
+            return len(pending) < self.permits or event.kv.key == own
+
+        async def probe() -> tuple[bool, int]:
+            queue = await _read_queue(client, self._holders, key, mine)
+            return len(queue.earlier) < self.permits or queue.own is None, queue.revision
+
+        ok, _ = await _wait_unless_lost(
+            lease,
+            wait_for_change(
+                client,
+                self._holders,
+                prefix=True,
+                after_revision=seen,
+                trigger=freed,
+                probe=probe,
+                no_put=True,
+                on_recovery=self._on_recovery_event,
+            ),
+        )
+        if not ok:
+            raise _Requeue(f"lease {lease.id:x} was lost while waiting")
+
+    async def _wait_behind(self, lease: _SessionLease, predecessor: KeyValue, seen: int) -> None:
+        """Further back: wait until the waiter ahead is admitted (it touches its key) or
+        leaves (its key is deleted)."""
+        client = self._client
+
+        async def probe() -> tuple[bool, int]:
+            now = await client.range(predecessor.key, keys_only=True)
+            changed = not now.kvs or now.kvs[0].mod_revision != predecessor.mod_revision
+            return changed, now.revision
+
+        def moved(event: WatchEvent) -> bool:
+            return event.type in (EventType.PUT, EventType.DELETE)
+
+        ok, _ = await _wait_unless_lost(
+            lease,
+            wait_for_change(
+                client,
+                predecessor.key,
+                after_revision=seen,
+                trigger=moved,
+                probe=probe,
+                on_recovery=self._on_recovery_event,
+            ),
+        )
+        if not ok:
+            raise _Requeue(f"lease {lease.id:x} was lost while waiting")
+
+    # ---------------------------------------------------------------- scoped forms
+
+    @contextlib.asynccontextmanager
+    async def with_permit(self, timeout: float | None = None) -> AsyncIterator[LockHold]:
+        """``async with semaphore.with_permit(timeout=5) as permit:`` -- take a permit for
+        the body and return it afterwards.
+
+        Raises :class:`~etcd_recipes.lock.LockTimeoutError` (a ``TimeoutError``) if no permit
+        came in time: the body **never** runs without one. If the permit is lost meanwhile,
+        the body is cancelled and :class:`~etcd_recipes.errors.PermitLostError` raised.
+
+        Example::
+
+            async with semaphore.with_permit(timeout=5) as permit:
+                await permit.guarded_txn([Op.put("/uploads/slot", b"busy")])
+        """
+        permit = await self._acquire_permit(timeout)
+        if permit is None:
+            raise LockTimeoutError(f"{self.exception_context}: no permit within {timeout}s")
+        self._scoped.append(permit)
+        guard = _Guard(_task())
+        permit.guards.append(guard)
+        try:
+            yield permit.held.public
+        except BaseException as exc:
+            replacement = self._leave(permit, guard, exc)
+            await self._release_scoped(permit)
+            if replacement is not None:
+                raise replacement from exc
+            raise
+        replacement = self._leave(permit, guard, None)
+        await self._release_scoped(permit)
+        if replacement is not None:
+            raise replacement
+
+    def _leave(
+        self, permit: _Permit, guard: _Guard, exc: BaseException | None
+    ) -> BaseException | None:
+        hold = permit.held.hold
+
+        def lost() -> LostError:
+            cause = hold.lost_cause if hold.is_lost else RecipeClosedError("closed")
+            err = PermitLostError(
+                f"{self.exception_context}: the permit was lost while the body ran ({cause})"
+            )
+            err.__cause__ = cause
+            return err
+
+        return _leave_guard(guard, exc, lost)
+
+    async def _release_scoped(self, permit: _Permit) -> None:
+        with contextlib.suppress(ValueError):
+            self._scoped.remove(permit)
+        await permit.held.release()
+
+    async def __aenter__(self: _S) -> _S:
+        """Take a permit for the body (waits as long as it takes; see :meth:`with_permit`)."""
+        cm = self.with_permit()
+        await cm.__aenter__()
+        self._entered.setdefault(_task(), []).append(cm)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        task = _task()
+        stack = self._entered.get(task)
+        if not stack:
+            raise LockNotHeldError(f"{self.exception_context}: __aexit__ without __aenter__")
+        cm = stack.pop()
+        if not stack:
+            del self._entered[task]
+        await cm.__aexit__(exc_type, exc, tb)
+
+    # ---------------------------------------------------------------- loss and close
+
+    def _lost(self, held: _Held, cause: BaseException | None) -> None:
+        for permit in [*self._stack, *self._scoped]:
+            if permit.held is held:
+                _fire(permit.guards)
+                if permit in self._stack:
+                    self._stack.remove(permit)
+                    permit.counted = True
+                    self._lost_permits.append(permit)
+        err = PermitLostError(f"{self.exception_context}: a permit was lost ({cause})")
+        err.__cause__ = cause
+        self._record_exception(err, "permit-lost")
+        self._on_recovery_event(LeaseExpired(held.lease.id, cause))
+        self._lost_listeners.emit(cause)
+
+    def _on_lease_event(self, event: LeaseEvent) -> None:
+        if isinstance(event, LeaseSuspended):
+            self._on_recovery_event(event)
+            self._record_exception(LeaseEventError(event), "lease")
+
+    async def _do_close(self) -> None:
+        for scope in list(self._aborts):
+            scope.cancel()
+        current = asyncio.current_task()
+        for permit in self._scoped:
+            if not permit.guards or permit.guards[0].task is not current:
+                _fire(permit.guards)
+        for permit in [*self._stack, *self._scoped]:
+            await permit.held.release()
+        for permit in self._stack:
+            permit.counted = True
+        self._lost_permits.extend(self._stack)  # their release() now returns False
+        self._stack.clear()
+        await self._session.close()

@@ -1,0 +1,128 @@
+"""The cancellation contract for lock acquisitions: a cancelled acquire leaves no waiter key and
+no lease (read back from etcd), re-raises the caller's own cancellation, and does not delay the
+next waiter in line."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import anyio
+import pytest
+
+from etcd_recipes.lock import DistributedMutex, DistributedReadWriteLock
+from etcd_recipes.semaphore import DistributedSemaphore
+
+from ._util import keys, lease_alive, lease_of, queued
+
+
+async def _cancel_task(coro):
+    task = asyncio.create_task(coro)
+    await asyncio.sleep(0.3)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def _fail_after(coro):
+    with pytest.raises(TimeoutError):
+        with anyio.fail_after(0.3):
+            await coro
+
+
+async def _asyncio_timeout(coro):
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(coro, 0.3)
+
+
+HOW = {"task-cancel": _cancel_task, "anyio-fail-after": _fail_after, "wait-for": _asyncio_timeout}
+
+
+@pytest.mark.parametrize("how", list(HOW))
+async def test_cancelled_mutex_waiter_leaves_nothing_and_delays_no_one(
+    etcd_client, etcd_prefix, how
+):
+    path = etcd_prefix + "m"
+    holder, cancelled, next_in_line = (DistributedMutex(etcd_client, path) for _ in range(3))
+    await holder.acquire()
+    attempt = asyncio.create_task(HOW[how](cancelled.acquire()))
+    _, doomed = await queued(etcd_client, path + "/", 2)
+    next_task = asyncio.create_task(next_in_line.acquire())
+    await queued(etcd_client, path + "/", 3)
+    await attempt  # cancelled meanwhile (it was queued between the holder and next_in_line)
+    remaining = await keys(etcd_client, path + "/")
+    assert doomed not in remaining and len(remaining) == 2
+    assert not await lease_alive(etcd_client, lease_of(doomed))
+    assert cancelled._session.lease is None
+    released = time.monotonic()
+    await holder.release()
+    assert await asyncio.wait_for(next_task, 5)
+    assert time.monotonic() - released < 0.5  # a prompt hand-off, not a timeout somewhere
+    await next_in_line.release()
+    for m in (holder, cancelled, next_in_line):
+        await m.aclose()
+
+
+@pytest.mark.parametrize("deadline", [0.0005, 0.002, 0.005, 0.02])
+async def test_cancelled_at_any_point_leaves_nothing(etcd_client, etcd_prefix, deadline):
+    """Cancel at arbitrary points, including mid-RPC (the lease grant, the queueing
+    transaction, the predecessor read, the watch set-up)."""
+    granted: list[int] = []
+    grant = etcd_client.lease_grant
+
+    async def recording_grant(ttl, **kwargs):
+        result = await grant(ttl, **kwargs)
+        granted.append(result.id)
+        return result
+
+    etcd_client.lease_grant = recording_grant
+    path = etcd_prefix + "m"
+    holder = DistributedMutex(etcd_client, path)
+    await holder.acquire()
+    outcomes = set()
+    for _ in range(6):
+        waiter = DistributedMutex(etcd_client, path)
+        try:
+            with anyio.fail_after(deadline):
+                await waiter.acquire()
+            outcomes.add("acquired?!")
+        except TimeoutError:
+            outcomes.add("timeout")
+    del etcd_client.lease_grant
+    assert outcomes == {"timeout"}
+    assert [lease_of(k) for k in await keys(etcd_client, path + "/")] == [holder.hold.lease_id]
+    alive = [lease for lease in granted if await lease_alive(etcd_client, lease)]
+    assert alive == [holder.hold.lease_id]
+    await holder.aclose()
+
+
+async def test_cancelled_rw_waiter_leaves_nothing(etcd_client, etcd_prefix):
+    path = etcd_prefix + "rw"
+    holder = DistributedReadWriteLock(etcd_client, path)
+    waiter = DistributedReadWriteLock(etcd_client, path)
+    await holder.read_lock.acquire()
+    await _fail_after(waiter.write_lock.acquire())
+    (key,) = await keys(etcd_client, path + "/")
+    assert key.startswith(f"{path}/read-".encode())
+    assert waiter._session.lease is None
+    await holder.aclose()
+    await waiter.aclose()
+
+
+async def test_cancelled_semaphore_waiter_leaves_nothing(etcd_client, etcd_prefix):
+    path = etcd_prefix + "sem"
+    holder = DistributedSemaphore(etcd_client, path, 1)
+    waiter, next_in_line = (DistributedSemaphore(etcd_client, path, 1) for _ in range(2))
+    await holder.acquire()
+    attempt = asyncio.create_task(_cancel_task(waiter.acquire()))
+    await queued(etcd_client, path + "/holders/", 2)
+    next_task = asyncio.create_task(next_in_line.acquire())
+    await queued(etcd_client, path + "/holders/", 3)
+    await attempt
+    assert len(await keys(etcd_client, path + "/holders/")) == 2
+    assert waiter._session.lease is None
+    await holder.release()
+    assert await asyncio.wait_for(next_task, 2)
+    await next_in_line.release()
+    for s in (holder, waiter, next_in_line):
+        await s.aclose()
