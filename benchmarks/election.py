@@ -1,0 +1,212 @@
+"""Election failover time: a new leader after the leader's process is SIGKILLed, and after the
+leader closes gracefully.
+
+Run by hand (not part of the test suite)::
+
+    .venv/bin/python benchmarks/election.py [--runs 10] [--ttl 2] [--candidates 3]
+                                            [--settle 0.5] [--endpoint HOST:PORT]
+                                            [--json out.json]
+
+Starts its own etcd unless ``--endpoint`` is given. ``--candidates`` processes each run one
+:class:`~etcd_recipes.election.LeaderLatch` on the same path (this script, re-run with
+``--child``). For every run the current leader's process is either
+
+* **killed** with SIGKILL: its term lease must expire on the server before anyone else can
+  win, so the lease TTL is the floor (etcd expires a lease between TTL and TTL + 0.5 s after
+  its last renewal, and renewals happen every TTL/3);
+* **closed** gracefully (SIGTERM -> ``aclose()``): the LEADER key is deleted at once; target
+  **under 50 ms p50** on loopback.
+
+Failover = the new leader's own timestamp when it won, minus the moment of the kill (taken by
+this process right before the signal) or the moment the old leader started to close (taken by
+the old leader). ``time.monotonic()`` is system-wide on Linux, so stamps from different
+processes compare. The killed/closed candidate is replaced by a fresh process before the next
+run (and ``--settle`` seconds, 0.5 by default, are left for it to warm up: the benchmark
+measures failover between running candidates, not process start-up). Reports p50 / p90 / min /
+max per mode and the SIGKILL p50 against the TTL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from etcd_recipes import connect
+from etcd_recipes.election import LeaderLatch
+from etcd_recipes.testing import EtcdServer
+
+PATH = "/bench/election"
+
+
+# --------------------------------------------------------------------------- child
+
+
+def emit(**facts: Any) -> None:
+    print(json.dumps(facts), flush=True)
+
+
+async def child(endpoint: str, cid: str, ttl: int) -> None:
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    async with connect(endpoint) as client:
+        latch = LeaderLatch(client, PATH, client_id=cid, lease_ttl=ttl)
+
+        def on_change(leading: bool) -> None:
+            if leading:
+                emit(leader=cid, t=time.monotonic(), token=latch.fencing_token)
+
+        # Stamp the win from the leadership listener, as a user of the latch would see it.
+        latch.add_leadership_listener(on_change)
+        await latch.start()
+        emit(ready=cid)
+        await stop.wait()
+        emit(closing=cid, t=time.monotonic())
+        await latch.aclose()
+
+
+# --------------------------------------------------------------------------- parent
+
+
+class Candidates:
+    """The candidate processes and a queue of the JSON lines they print."""
+
+    def __init__(self, endpoint: str, ttl: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.endpoint = endpoint
+        self.ttl = ttl
+        self.loop = loop
+        self.procs: dict[str, subprocess.Popen[str]] = {}
+        self.lines: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.leader: str | None = None
+        self._next = 0
+
+    def spawn(self) -> str:
+        cid = f"cand-{self._next}"
+        self._next += 1
+        proc = subprocess.Popen(
+            [sys.executable, __file__, "--child", cid, "--endpoint", self.endpoint],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.procs[cid] = proc
+        threading.Thread(target=self._read, args=(proc,), daemon=True).start()
+        return cid
+
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self.loop.call_soon_threadsafe(self.lines.put_nowait, json.loads(line))
+
+    async def next_line(self, key: str, exclude: str | None = None) -> dict[str, Any]:
+        while True:
+            line = await asyncio.wait_for(self.lines.get(), 60)
+            if "leader" in line:
+                self.leader = line["leader"]
+            if key in line and line[key] != exclude:
+                return line
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            proc.kill()
+            proc.wait()
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {
+        "p50": statistics.median(ordered),
+        "p90": ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))],
+        "min": ordered[0],
+        "max": ordered[-1],
+    }
+
+
+async def run(endpoint: str, runs: int, ttl: int, n: int, settle: float) -> dict[str, Any]:
+    cands = Candidates(endpoint, ttl, asyncio.get_running_loop())
+    results: dict[str, list[float]] = {"sigkill": [], "graceful": []}
+    try:
+        for _ in range(n):
+            cands.spawn()
+        for _ in range(n):
+            await cands.next_line("ready")
+        while cands.leader is None:
+            await cands.next_line("leader")
+        await asyncio.sleep(settle)
+        for mode in ("graceful", "sigkill"):
+            for i in range(runs):
+                old = cands.leader
+                assert old is not None
+                proc = cands.procs.pop(old)
+                if mode == "sigkill":
+                    started = time.monotonic()
+                    proc.send_signal(signal.SIGKILL)
+                else:
+                    proc.send_signal(signal.SIGTERM)
+                    started = (await cands.next_line("closing"))["t"]
+                won = await cands.next_line("leader", exclude=old)
+                failover = won["t"] - started
+                results[mode].append(failover)
+                print(
+                    f"{mode:8} run {i + 1:2}: {failover * 1000:8.1f} ms  "
+                    f"({old} -> {won['leader']}, token {won['token']})",
+                    file=sys.stderr,
+                )
+                proc.wait()
+                cands.spawn()
+                await cands.next_line("ready")
+                await asyncio.sleep(settle)  # measure warmed-up candidates, not start-up
+    finally:
+        cands.stop_all()
+    return {
+        "ttl": ttl,
+        "candidates": n,
+        "runs": runs,
+        "samples": results,
+        "summary": {mode: summary(values) for mode, values in results.items()},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--ttl", type=int, default=2, help="lease TTL of the latches (seconds)")
+    parser.add_argument("--candidates", type=int, default=3)
+    parser.add_argument(
+        "--settle", type=float, default=0.5, help="seconds between a respawn and the next run"
+    )
+    parser.add_argument("--endpoint")
+    parser.add_argument("--json", type=Path, help="write every sample and the summary here")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        asyncio.run(child(args.endpoint, args.child, args.ttl))
+        return
+    with contextlib.ExitStack() as stack:
+        endpoint = args.endpoint or stack.enter_context(EtcdServer()).endpoint
+        report = asyncio.run(run(endpoint, args.runs, args.ttl, args.candidates, args.settle))
+    ttl = report["ttl"]
+    print(f"\nfailover, {args.candidates} candidate processes, lease TTL {ttl} s, {args.runs} runs")
+    print(f"{'mode':10} {'p50':>10} {'p90':>10} {'min':>10} {'max':>10}")
+    for mode, s in report["summary"].items():
+        cells = " ".join(f"{s[k] * 1000:8.1f}ms" for k in ("p50", "p90", "min", "max"))
+        print(f"{mode:10} {cells}")
+    kill = report["summary"]["sigkill"]["p50"]
+    graceful = report["summary"]["graceful"]["p50"]
+    print(f"\nSIGKILL p50 = {kill / ttl:.2f} x TTL (floor: the dead term lease must expire)")
+    verdict = "PASS" if graceful < 0.050 else "FAIL"
+    print(f"graceful p50 = {graceful * 1000:.1f} ms (target < 50 ms): {verdict}")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
