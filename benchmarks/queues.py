@@ -1,0 +1,335 @@
+"""Queue throughput against the raw RPC floor, hand-off latency, and memory of parked consumers.
+
+Run by hand (not part of the test suite)::
+
+    .venv/bin/python benchmarks/queues.py [--items 4000] [--repeats 3] [--endpoint HOST:PORT]
+
+Starts its own etcd unless --endpoint is given. Everything is measured in one run, on one
+client, with 4 producer and 4 consumer asyncio tasks:
+
+* **floor** -- the raw RPCs a queue needs per item, with no coordination at all: a put, then a
+  range and a guarded delete (compare ``mod_revision``), each consumer reading only its own
+  producer's keys and learning about them in-process (no watch, no contention);
+* **FIFO** -- ``DistributedQueue.enqueue`` / ``dequeue`` (target: >= 60% of the floor);
+* **work queue** -- ``DistributedWorkQueue.enqueue`` / ``receive`` + ``ack`` (target: >= 40%);
+* **latency** -- enqueue -> item in hand with one consumer parked on an empty queue (p50 target
+  under 5 ms on loopback), for both queues;
+* **memory** -- resident memory per parked ``dequeue()`` / ``receive()`` consumer, 1,000 of
+  them in one process (each its own queue instance and task).
+
+Throughput rows run ``--repeats`` times, alternating their order; the medians are reported,
+with the CPU time (this process + etcd) spent per item when the benchmark started etcd itself
+-- a steadier comparison than items/s on a machine that is busy with other work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import statistics
+import time
+import tracemalloc
+from collections.abc import Awaitable, Callable
+
+import psutil
+
+from etcd_recipes import Cmp, EtcdClient, Op, connect
+from etcd_recipes.queue import DistributedQueue
+from etcd_recipes.testing import EtcdServer
+from etcd_recipes.work_queue import DistributedWorkQueue, WorkQueueConfig
+
+PRODUCERS = CONSUMERS = 4
+VALUE = b"x" * 64
+
+
+def rss() -> int:
+    return int(psutil.Process().memory_info().rss)
+
+
+async def floor(client: EtcdClient, root: str, items: int) -> float:
+    """Items/s of put + range + guarded delete, 4 producers and 4 consumers, no contention."""
+    per = items // PRODUCERS
+    handoffs = [asyncio.Queue[str]() for _ in range(PRODUCERS)]
+
+    async def produce(i: int) -> None:
+        for j in range(per):
+            key = f"{root}{i}/{j:08d}"
+            await client.put(key, VALUE)
+            handoffs[i].put_nowait(key)
+
+    async def consume(i: int) -> None:
+        for _ in range(per):
+            await handoffs[i].get()
+            head = (await client.range(f"{root}{i}/", prefix=True, limit=1)).kvs[0]
+            done = await client.txn(
+                [Cmp.mod_revision(head.key) == head.mod_revision], [Op.delete(head.key)]
+            )
+            assert done.succeeded
+
+    start = time.perf_counter()
+    await asyncio.gather(
+        *(produce(i) for i in range(PRODUCERS)), *(consume(i) for i in range(CONSUMERS))
+    )
+    return per * PRODUCERS / (time.perf_counter() - start)
+
+
+async def run_queue(
+    items: int,
+    enqueue: Callable[[bytes], Awaitable[object]],
+    takes: list[Callable[[], Awaitable[bytes]]],
+) -> float:
+    """Items/s of ``enqueue``/``take`` with 4 producers and 4 consumers; checks exactly-once."""
+    per = items // PRODUCERS
+    total = per * PRODUCERS
+    seen: list[bytes] = []
+    all_taken = asyncio.Event()
+
+    async def produce(i: int) -> None:
+        for j in range(per):
+            await enqueue(b"%d:%d:" % (i, j) + VALUE)
+
+    async def consume(take: Callable[[], Awaitable[bytes]]) -> None:
+        while True:
+            seen.append(await take())
+            if len(seen) >= total:
+                all_taken.set()
+
+    start = time.perf_counter()
+    consumers = [asyncio.create_task(consume(take)) for take in takes]
+    await asyncio.gather(*(produce(i) for i in range(PRODUCERS)))
+    await all_taken.wait()
+    elapsed = time.perf_counter() - start
+    for task in consumers:
+        task.cancel()
+    await asyncio.gather(*consumers, return_exceptions=True)
+    assert len(seen) == total == len(set(seen)), (len(seen), total, len(set(seen)))
+    return total / elapsed
+
+
+async def fifo(client: EtcdClient, root: str, items: int) -> float:
+    queues = [DistributedQueue(client, root) for _ in range(PRODUCERS + CONSUMERS)]
+    producers, consumers = queues[:PRODUCERS], queues[PRODUCERS:]
+    turn = iter(range(10**9))
+
+    async def enqueue(value: bytes) -> None:
+        await producers[next(turn) % PRODUCERS].enqueue(value)
+
+    return await run_queue(items, enqueue, [queue.dequeue for queue in consumers])
+
+
+async def work_queue(client: EtcdClient, root: str, items: int) -> float:
+    config = WorkQueueConfig(visibility_timeout=10, sweep_interval=5)
+    producers = [DistributedWorkQueue(client, root, config) for _ in range(PRODUCERS)]
+    consumers = [DistributedWorkQueue(client, root, config) for _ in range(CONSUMERS)]
+    turn = iter(range(10**9))
+
+    async def enqueue(value: bytes) -> None:
+        await producers[next(turn) % PRODUCERS].enqueue(value)
+
+    def taker(queue: DistributedWorkQueue[bytes]) -> Callable[[], Awaitable[bytes]]:
+        async def take() -> bytes:
+            item = await queue.receive()
+            assert await item.ack()
+            assert isinstance(item.value, bytes)
+            return item.value
+
+        return take
+
+    try:
+        return await run_queue(items, enqueue, [taker(queue) for queue in consumers])
+    finally:
+        for queue in consumers + producers:
+            await queue.aclose()
+
+
+async def latency(client: EtcdClient, root: str, samples: int, kind: str) -> list[float]:
+    """Seconds from just before ``enqueue`` to the item in a parked consumer's hands."""
+    out: list[float] = []
+    got = asyncio.Queue[float]()
+    if kind == "fifo":
+        producer: DistributedQueue[bytes] | DistributedWorkQueue[bytes] = DistributedQueue(
+            client, root
+        )
+        consumer_q = DistributedQueue(client, root)
+
+        async def consumer() -> None:
+            while True:
+                await consumer_q.dequeue()
+                got.put_nowait(time.perf_counter())
+    else:
+        config = WorkQueueConfig(visibility_timeout=10, sweep_interval=5)
+        producer = DistributedWorkQueue(client, root, config)
+        consumer_w = DistributedWorkQueue(client, root, config)
+
+        async def consumer() -> None:
+            while True:
+                item = await consumer_w.receive()
+                got.put_nowait(time.perf_counter())
+                await item.ack()
+
+    task = asyncio.create_task(consumer())
+    try:
+        for _ in range(samples):
+            await asyncio.sleep(0.02)  # the consumer is parked on its watch again
+            sent = time.perf_counter()
+            await producer.enqueue(VALUE)
+            out.append(await got.get() - sent)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        if kind != "fifo":
+            await consumer_w.aclose()
+            await producer.aclose()
+    return out
+
+
+async def park(client: EtcdClient, root: str, n: int, kind: str) -> list[asyncio.Task[object]]:
+    """Start ``n`` consumers (each its own queue instance and task), return once all wait."""
+    base = client._watch_hub.watcher_count
+    tasks: list[asyncio.Task[object]] = []
+    for start in range(0, n, 250):  # in batches: in-flight RPC buffers are not per-consumer
+        for _ in range(start, min(n, start + 250)):
+            if kind == "fifo":
+                tasks.append(asyncio.create_task(DistributedQueue(client, root).dequeue()))
+            else:
+                tasks.append(asyncio.create_task(DistributedWorkQueue(client, root).receive()))
+        while client._watch_hub.watcher_count < base + len(tasks):
+            await asyncio.sleep(0.01)
+    await asyncio.sleep(0.3)
+    return tasks
+
+
+async def release(tasks: list[asyncio.Task[object]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def memory(client: EtcdClient, root: str, n: int) -> dict[str, tuple[float, float]]:
+    """Per parked consumer: (growth of resident memory, Python heap traced by tracemalloc).
+
+    Resident memory is measured first, for each kind on top of the other (no release in
+    between, so neither reuses memory the other freed); then the Python heap, in a second round
+    under tracemalloc."""
+    out: dict[str, list[float]] = {"fifo": [], "work": []}
+    parked: list[asyncio.Task[object]] = []
+    for kind in out:
+        gc.collect()
+        before = rss()
+        parked += await park(client, f"{root}{kind}/", n, kind)
+        gc.collect()
+        out[kind].append((rss() - before) / n)
+    await release(parked)
+    for kind in out:
+        gc.collect()
+        tracemalloc.start()
+        tasks = await park(client, f"{root}{kind}/", n, kind)
+        gc.collect()
+        out[kind].append(tracemalloc.get_traced_memory()[0] / n)
+        tracemalloc.stop()
+        await release(tasks)
+    return {kind: (v[0], v[1]) for kind, v in out.items()}
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def cpu_seconds(proc: psutil.Process | None) -> float:
+    if proc is None:
+        return float("nan")
+    times = proc.cpu_times()
+    return float(times.user + times.system)
+
+
+async def main_async(
+    endpoint: str, etcd_pid: int | None, items: int, repeats: int, samples: int, parked: int
+) -> None:
+    me = psutil.Process()
+    etcd = psutil.Process(etcd_pid) if etcd_pid else None
+    async with connect(endpoint) as client:
+        await fifo(client, "/bench/warmup/", 200)  # imports, stream set-up
+        rows: dict[str, list[float]] = {"floor": [], "fifo": [], "work": []}
+        cpu: dict[str, list[float]] = {"floor": [], "fifo": [], "work": []}
+        runs = {"floor": floor, "fifo": fifo, "work": work_queue}
+        order = list(runs)
+        for r in range(repeats):
+            for name in order if r % 2 == 0 else reversed(order):
+                root = f"/bench/{name}-{r}/"
+                c0, e0 = cpu_seconds(me), cpu_seconds(etcd)
+                rate = await runs[name](client, root, items)
+                used = (cpu_seconds(me) - c0 + cpu_seconds(etcd) - e0) / items
+                rows[name].append(rate)
+                cpu[name].append(used)
+                print(
+                    f"  run {r + 1} {name:5s}: {rate:7.0f} items/s, "
+                    f"{used * 1e3:.2f} ms CPU per item (client + etcd)",
+                    flush=True,
+                )
+                await client.delete(root, prefix=True)
+                status = await client.status()
+                await client.compact(status.revision)
+        med = {name: statistics.median(v) for name, v in rows.items()}
+        per = {name: statistics.median(v) for name, v in cpu.items()}
+        print()
+        print(
+            f"throughput, {PRODUCERS} producers + {CONSUMERS} consumers, {items} items, "
+            f"median of {repeats}:"
+        )
+        print(f"  raw floor (put + range + guarded delete) : {med['floor']:7.0f} items/s")
+        print(
+            f"  DistributedQueue enqueue/dequeue        : {med['fifo']:7.0f} items/s "
+            f"= {med['fifo'] / med['floor']:.0%} of the floor (target >= 60%)"
+        )
+        print(
+            f"  DistributedWorkQueue enqueue/receive+ack: {med['work']:7.0f} items/s "
+            f"= {med['work'] / med['floor']:.0%} of the floor (target >= 40%)"
+        )
+        if etcd is not None:  # a steadier view on a busy machine: CPU spent per item
+            print(
+                f"  CPU per item (client + etcd): floor {per['floor'] * 1e3:.2f} ms, FIFO "
+                f"{per['fifo'] * 1e3:.2f} ms ({per['floor'] / per['fifo']:.0%}), work queue "
+                f"{per['work'] * 1e3:.2f} ms ({per['floor'] / per['work']:.0%})"
+            )
+        print()
+        for kind, label in (("fifo", "DistributedQueue"), ("work", "DistributedWorkQueue")):
+            lat = await latency(client, f"/bench/latency-{kind}/", samples, kind)
+            print(
+                f"latency enqueue -> item in hand, parked consumer, {label:20s}: "
+                f"p50 {pct(lat, 0.5) * 1e3:.2f} ms, p99 {pct(lat, 0.99) * 1e3:.2f} ms "
+                f"({samples} samples; target p50 < 5 ms)"
+            )
+        print()
+        sizes = await memory(client, "/bench/parked/", parked)
+        for kind, label in (("fifo", "dequeue()"), ("work", "receive()")):
+            resident, heap = sizes[kind]
+            print(
+                f"memory per parked {label:10s}: {resident / 1024:.1f} KB resident, "
+                f"{heap / 1024:.1f} KB Python heap "
+                f"({parked} consumers in one process, one watch stream)"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--items", type=int, default=4000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--samples", type=int, default=300, help="latency samples per queue")
+    parser.add_argument("--parked", type=int, default=1000, help="parked consumers (memory)")
+    parser.add_argument("--endpoint")
+    args = parser.parse_args()
+    with contextlib.ExitStack() as stack:
+        if args.endpoint:
+            endpoint, pid = args.endpoint, None
+        else:
+            server = stack.enter_context(EtcdServer())
+            endpoint, pid = server.endpoint, server.pid
+        asyncio.run(main_async(endpoint, pid, args.items, args.repeats, args.samples, args.parked))
+
+
+if __name__ == "__main__":
+    main()
