@@ -38,7 +38,26 @@ from .codecs import (
     PydanticCodec,
     StrCodec,
 )
+from .counted_barrier import DistributedBarrierWithCount, DistributedDoubleBarrier
 from .counter import DistributedAtomicLong
+from .election import (
+    Elected,
+    ElectionLeaderKey,
+    LeaderLatch,
+    LeaderObserver,
+    LeaderSelector,
+    LeadershipEvent,
+    LeadershipTerm,
+    Participant,
+    Vacated,
+    election_campaign,
+    election_leader,
+    election_observe,
+    election_proclaim,
+    election_resign,
+    get_participants,
+    leadership_events,
+)
 from .errors import *  # noqa: F403
 from .errors import __all__ as _errors_all
 from .events import (
@@ -55,7 +74,16 @@ from .events import (
     WatchSuspended,
 )
 from .keyvalue import TransientKeyValue
+from .lock import (
+    DistributedMutex,
+    DistributedReadWriteLock,
+    LockHold,
+    ReadWriteLockView,
+    server_lock,
+    server_unlock,
+)
 from .metrics import EtcdMetrics
+from .queue import MAX_PRIORITY, DistributedPriorityQueue, DistributedQueue, InvalidPriorityError
 from .resilience import (
     LeaseResilience,
     ResilienceConfig,
@@ -63,6 +91,7 @@ from .resilience import (
     RpcResilience,
     WatchResilience,
 )
+from .semaphore import DistributedSemaphore
 from .types import (
     DeleteResult,
     EventType,
@@ -78,6 +107,7 @@ from .types import (
     TxnResult,
     WatchEvent,
 )
+from .work_queue import DeadLetter, DistributedWorkQueue, WorkItem, WorkQueueConfig
 
 __version__ = "0.1.0.dev0"
 
@@ -137,6 +167,39 @@ __all__ = [
     "WatchResubscribed",
     "WatchResynced",
     "WatchSuspended",
+    "DistributedBarrierWithCount",
+    "DistributedDoubleBarrier",
+    "Elected",
+    "ElectionLeaderKey",
+    "LeaderLatch",
+    "LeaderObserver",
+    "LeaderSelector",
+    "LeadershipEvent",
+    "LeadershipTerm",
+    "Participant",
+    "Vacated",
+    "election_campaign",
+    "election_leader",
+    "election_observe",
+    "election_proclaim",
+    "election_resign",
+    "get_participants",
+    "leadership_events",
+    "DistributedMutex",
+    "DistributedReadWriteLock",
+    "LockHold",
+    "ReadWriteLockView",
+    "server_lock",
+    "server_unlock",
+    "DistributedSemaphore",
+    "MAX_PRIORITY",
+    "DistributedPriorityQueue",
+    "DistributedQueue",
+    "InvalidPriorityError",
+    "DeadLetter",
+    "DistributedWorkQueue",
+    "WorkItem",
+    "WorkQueueConfig",
     "connect",
     "current_recipe",
     *_errors_all,

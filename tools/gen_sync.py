@@ -50,6 +50,39 @@ INPUTS: list[tuple[str, list[str]]] = [
     ("etcd_recipes/barrier.py", ["DistributedBarrier"]),
     ("etcd_recipes/counter.py", ["DistributedAtomicLong"]),
     ("etcd_recipes/keyvalue.py", ["TransientKeyValue"]),
+    (
+        "etcd_recipes/lock.py",
+        [
+            "DistributedMutex",
+            "DistributedReadWriteLock",
+            "ReadWriteLockView",
+            "LockHold",
+            "server_lock",
+            "server_unlock",
+        ],
+    ),
+    ("etcd_recipes/semaphore.py", ["DistributedSemaphore"]),
+    ("etcd_recipes/queue.py", ["DistributedQueue", "DistributedPriorityQueue"]),
+    ("etcd_recipes/work_queue.py", ["DistributedWorkQueue", "WorkItem"]),
+    (
+        "etcd_recipes/election.py",
+        [
+            "LeaderSelector",
+            "LeaderLatch",
+            "LeaderObserver",
+            "get_participants",
+            "leadership_events",
+            "election_campaign",
+            "election_leader",
+            "election_observe",
+            "election_proclaim",
+            "election_resign",
+        ],
+    ),
+    (
+        "etcd_recipes/counted_barrier.py",
+        ["DistributedBarrierWithCount", "DistributedDoubleBarrier"],
+    ),
 ]
 """Async modules and the public names (all in the module's ``__all__``) to twin."""
 
@@ -59,6 +92,19 @@ SHARED: list[tuple[str, list[str] | None]] = [
     ("etcd_recipes/_core/txn.py", None),
     ("etcd_recipes/_core/watch.py", ["WatchItem"]),
     ("etcd_recipes/codecs.py", None),
+    (
+        "etcd_recipes/election.py",
+        [
+            "Elected",
+            "ElectionLeaderKey",
+            "LeadershipEvent",
+            "LeadershipTerm",
+            "Participant",
+            "Vacated",
+        ],
+    ),
+    ("etcd_recipes/queue.py", ["InvalidPriorityError", "MAX_PRIORITY"]),
+    ("etcd_recipes/work_queue.py", ["DeadLetter", "WorkQueueConfig"]),
     ("etcd_recipes/errors.py", None),
     ("etcd_recipes/events.py", None),
     ("etcd_recipes/metrics.py", None),
@@ -298,6 +344,14 @@ def _elts(node: ast.expr) -> list[ast.expr]:
 
 
 # --------------------------------------------------------------------------- emission helpers
+
+
+def _all_lines(names: list[str]) -> list[str]:
+    """``__all__`` on one line when it fits, else one name per line (as ruff formats it)."""
+    one = "__all__ = [" + ", ".join(f'"{n}"' for n in names) + "]"
+    if len(one) <= LINE:
+        return [one]
+    return ["__all__ = [", *(f'    "{n}",' for n in names), "]"]
 
 
 def _indent(level: int) -> str:
@@ -909,7 +963,7 @@ class Generator:
             "",
             *self.import_lines(w),
             "",
-            f"__all__ = [{', '.join(repr(n) for n in sorted(names))}]".replace("'", '"'),
+            *_all_lines(sorted(names)),
         ]
         if w.typevars:
             head.append("")
@@ -1145,7 +1199,7 @@ class Generator:
             returns = "None" if name == "__init__" else w.result(fn.returns, ctx, cm=cm).annotation
             lines.append(f"{_indent(1)}@{w.need('typing', 'overload')}")
             lines += _def(name, params, returns, 1)
-            lines.append(f"{_indent(2)}...")
+            lines[-1] += " ..."
             lines.append("")
         return lines
 

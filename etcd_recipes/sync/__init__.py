@@ -76,6 +76,14 @@ from etcd_recipes.codecs import (
     as_codec,
     to_bytes,
 )
+from etcd_recipes.election import (
+    Elected,
+    ElectionLeaderKey,
+    LeadershipEvent,
+    LeadershipTerm,
+    Participant,
+    Vacated,
+)
 from etcd_recipes.errors import (
     AlreadyStartedError,
     AuthenticationError,
@@ -84,6 +92,7 @@ from etcd_recipes.errors import (
     CodecError,
     CompactedError,
     DuplicateKeyError,
+    DuplicateParticipantError,
     EmptyKeyError,
     EmptyPathError,
     EtcdConnectionError,
@@ -98,6 +107,9 @@ from etcd_recipes.errors import (
     LeaseEventError,
     LeaseNotFoundError,
     LockLostError,
+    LockNotHeldError,
+    LockTimeoutError,
+    LockUpgradeError,
     LostError,
     NotLeaderError,
     NotStartedError,
@@ -105,6 +117,7 @@ from etcd_recipes.errors import (
     PermitLostError,
     RecipeClosedError,
     RetriesExhaustedError,
+    SemaphorePermitMismatchError,
     TlsHandshakeError,
     TooManyOperationsError,
     UsageError,
@@ -127,6 +140,7 @@ from etcd_recipes.events import (
     state_after,
 )
 from etcd_recipes.metrics import NOOP_METRICS, EtcdMetrics
+from etcd_recipes.queue import MAX_PRIORITY, InvalidPriorityError
 from etcd_recipes.resilience import (
     Bounded,
     ExponentialBackoff,
@@ -143,8 +157,32 @@ from etcd_recipes.sync._core.watch import Watch
 from etcd_recipes.sync._runtime import fail_after
 from etcd_recipes.sync.barrier import DistributedBarrier
 from etcd_recipes.sync.client import EtcdClient, connect
+from etcd_recipes.sync.counted_barrier import DistributedBarrierWithCount, DistributedDoubleBarrier
 from etcd_recipes.sync.counter import DistributedAtomicLong
+from etcd_recipes.sync.election import (
+    LeaderLatch,
+    LeaderObserver,
+    LeaderSelector,
+    election_campaign,
+    election_leader,
+    election_observe,
+    election_proclaim,
+    election_resign,
+    get_participants,
+    leadership_events,
+)
 from etcd_recipes.sync.keyvalue import TransientKeyValue
+from etcd_recipes.sync.lock import (
+    DistributedMutex,
+    DistributedReadWriteLock,
+    LockHold,
+    ReadWriteLockView,
+    server_lock,
+    server_unlock,
+)
+from etcd_recipes.sync.queue import DistributedPriorityQueue, DistributedQueue
+from etcd_recipes.sync.semaphore import DistributedSemaphore
+from etcd_recipes.sync.work_queue import DistributedWorkQueue, WorkItem
 from etcd_recipes.types import (
     DeleteResult,
     EventType,
@@ -160,6 +198,7 @@ from etcd_recipes.types import (
     TxnResult,
     WatchEvent,
 )
+from etcd_recipes.work_queue import DeadLetter, WorkQueueConfig
 
 __all__ = [
     "AcquisitionLease",
@@ -179,11 +218,23 @@ __all__ = [
     "CompactedError",
     "Compare",
     "ConnectionState",
+    "DeadLetter",
     "DeleteOp",
     "DeleteResult",
     "DistributedAtomicLong",
     "DistributedBarrier",
+    "DistributedBarrierWithCount",
+    "DistributedDoubleBarrier",
+    "DistributedMutex",
+    "DistributedPriorityQueue",
+    "DistributedQueue",
+    "DistributedReadWriteLock",
+    "DistributedSemaphore",
+    "DistributedWorkQueue",
     "DuplicateKeyError",
+    "DuplicateParticipantError",
+    "Elected",
+    "ElectionLeaderKey",
     "EmptyKeyError",
     "EmptyPathError",
     "EtcdClient",
@@ -203,10 +254,16 @@ __all__ = [
     "Int64Codec",
     "InvalidArgumentError",
     "InvalidEndpointError",
+    "InvalidPriorityError",
     "JSON",
     "JsonCodec",
     "KeyValue",
+    "LeaderLatch",
+    "LeaderObserver",
+    "LeaderSelector",
+    "LeadershipEvent",
     "LeadershipLostError",
+    "LeadershipTerm",
     "LeaseEvent",
     "LeaseEventError",
     "LeaseExpired",
@@ -217,20 +274,27 @@ __all__ = [
     "LeaseResilience",
     "LeaseRestored",
     "LeaseSuspended",
+    "LockHold",
     "LockLostError",
+    "LockNotHeldError",
+    "LockTimeoutError",
+    "LockUpgradeError",
     "LostError",
+    "MAX_PRIORITY",
     "Member",
     "NOOP_METRICS",
     "Never",
     "NotLeaderError",
     "NotStartedError",
     "Op",
+    "Participant",
     "PermissionDeniedError",
     "PermitLostError",
     "PutOp",
     "PutResult",
     "PydanticCodec",
     "RangeResult",
+    "ReadWriteLockView",
     "Recipe",
     "RecipeClosedError",
     "RecipeContextFilter",
@@ -239,6 +303,7 @@ __all__ = [
     "RetryPolicy",
     "RpcResilience",
     "SelfHealingLease",
+    "SemaphorePermitMismatchError",
     "SortOrder",
     "SortTarget",
     "Status",
@@ -250,6 +315,7 @@ __all__ = [
     "TxnResult",
     "UTF8",
     "UsageError",
+    "Vacated",
     "ValueTooLargeError",
     "Watch",
     "WatchEvent",
@@ -261,11 +327,22 @@ __all__ = [
     "WatchResubscribed",
     "WatchResynced",
     "WatchSuspended",
+    "WorkItem",
+    "WorkQueueConfig",
     "WrongEventLoopError",
     "as_codec",
     "connect",
     "current_recipe",
+    "election_campaign",
+    "election_leader",
+    "election_observe",
+    "election_proclaim",
+    "election_resign",
     "fail_after",
+    "get_participants",
+    "leadership_events",
+    "server_lock",
+    "server_unlock",
     "state_after",
     "to_bytes",
 ]
