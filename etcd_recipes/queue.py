@@ -82,7 +82,7 @@ import anyio
 from ._core.keys import append_to_path, pad, random_token
 from ._core.recipe import Recipe
 from ._core.txn import AnyOp, Cmp, Compare, GetOp, Op
-from ._core.waiting import abort_guard, wait_for_change
+from ._core.waiting import abort_guard, wait_for_put_under
 from .codecs import Codec, as_codec, to_bytes
 from .errors import (
     EtcdConnectionError,
@@ -93,13 +93,11 @@ from .errors import (
 )
 from .types import (
     DeleteResult,
-    EventType,
     KeyValue,
     RangeResult,
     SortOrder,
     SortTarget,
     TxnResult,
-    WatchEvent,
 )
 
 if TYPE_CHECKING:
@@ -292,10 +290,6 @@ class _Waits:
     def end_all(self) -> None:
         for scope in list(self._scopes):
             scope.cancel()
-
-
-def _is_put(event: WatchEvent) -> bool:
-    return event.type is EventType.PUT
 
 
 def _first_present(
@@ -506,18 +500,10 @@ class _QueueBase(Recipe, Generic[T]):
                 await self._client.put(kv.key, kv.value)
 
     async def _wait_for_item(self, revision: int, timeout: float | None) -> bool:
-        async def probe() -> tuple[bool, int]:
-            now = await self._client.range(self._prefix, prefix=True, count_only=True)
-            return now.count > 0, now.revision
-
-        return await wait_for_change(
+        return await wait_for_put_under(
             self._client,
             self._prefix,
             after_revision=revision,
-            trigger=_is_put,
-            probe=probe,
-            prefix=True,
-            no_delete=True,
             timeout=timeout,
             on_recovery=self._on_recovery_event,
         )

@@ -98,7 +98,7 @@ from ._core.lease import SelfHealingLease, validate_ttl
 from ._core.listeners import ListenerSet
 from ._core.recipe import Recipe
 from ._core.txn import AnyOp, Cmp, Op
-from ._core.waiting import abort_guard, wait_for_change
+from ._core.waiting import abort_guard, wait_for_put_under
 from .codecs import INT32, Codec, as_codec
 from .errors import (
     CodecError,
@@ -115,7 +115,6 @@ from .queue import (
     _create,
     _decode,
     _encode,
-    _is_put,
     _key_millis,
     _next_reach,
     _now_millis,
@@ -666,18 +665,10 @@ class DistributedWorkQueue(Recipe, Generic[T]):
             snap, reclaimed = await self._snapshot(), False
 
     async def _wait_for_items(self, revision: int, timeout: float) -> bool:
-        async def probe() -> tuple[bool, int]:
-            now = await self._client.range(self._items, prefix=True, count_only=True)
-            return now.count > 0, now.revision
-
-        return await wait_for_change(
+        return await wait_for_put_under(
             self._client,
             self._items,
             after_revision=revision,
-            trigger=_is_put,
-            probe=probe,
-            prefix=True,
-            no_delete=True,
             timeout=timeout,
             on_recovery=self._on_recovery_event,
         )

@@ -28,12 +28,19 @@ import anyio
 
 from ..errors import WatchFailedError
 from ..events import WatchFailed, WatchRecoveryEvent, WatchResubscribed, WatchResynced
-from ..types import WatchEvent
+from ..types import EventType, WatchEvent
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
 
-__all__ = ["CLEANUP_TIMEOUT", "Probe", "abort_guard", "run_shielded", "wait_for_change"]
+__all__ = [
+    "CLEANUP_TIMEOUT",
+    "Probe",
+    "abort_guard",
+    "run_shielded",
+    "wait_for_change",
+    "wait_for_put_under",
+]
 
 log = logging.getLogger("etcd_recipes.waiting")
 
@@ -160,3 +167,38 @@ async def wait_for_change(
                         f"the watch on {item.key!r} failed while waiting: {item.cause}"
                     ) from item.cause
     return False
+
+
+def _is_put(event: WatchEvent) -> bool:
+    return event.type is EventType.PUT
+
+
+async def wait_for_put_under(
+    client: EtcdClient,
+    prefix: str,
+    *,
+    after_revision: int,
+    timeout: float | None,
+    on_recovery: Callable[[WatchRecoveryEvent], Any] | None = None,
+) -> bool:
+    """Wait until a key is put under ``prefix`` after ``after_revision``; False on timeout.
+
+    The queues' empty-queue wait: after a recovery it returns if anything is under the prefix
+    (the caller re-reads the true head either way).
+    """
+
+    async def probe() -> tuple[bool, int]:
+        now = await client.range(prefix, prefix=True, count_only=True)
+        return now.count > 0, now.revision
+
+    return await wait_for_change(
+        client,
+        prefix,
+        after_revision=after_revision,
+        trigger=_is_put,
+        probe=probe,
+        prefix=True,
+        no_delete=True,
+        timeout=timeout,
+        on_recovery=on_recovery,
+    )
