@@ -76,6 +76,7 @@ __all__ = ["EtcdClient", "connect"]
 log = logging.getLogger("etcd_recipes.client")
 
 _UNSET: Any = ...
+_CMP_OPERAND = ("version", "create_revision", "mod_revision", "value", "lease")  # by CmpTarget
 
 
 class EtcdClient:
@@ -474,30 +475,24 @@ class EtcdClient:
     # ------------------------------------------------------------------ transactions
 
     def _compare_pb(self, c: Compare) -> Any:
-        k = self._k(c.key)
-        fields: dict[str, Any] = {
-            "key": k,
-            "target": int(c.target),
-            "result": int(c.result),
-            "range_end": self._end(k, c.prefix, c.range_end),
-        }
-        name = {0: "version", 1: "create_revision", 2: "mod_revision", 3: "value", 4: "lease"}
-        fields[name[int(c.target)]] = c.operand
-        return pb.Compare(**fields)
+        # Builders already validated their keys: only the namespace is added here.
+        k = self._namespace + c.key
+        operand = {_CMP_OPERAND[c.target]: c.operand}
+        end = self._end(k, c.prefix, c.range_end) if c.prefix or c.range_end else b""
+        return pb.Compare(key=k, target=c.target, result=c.result, range_end=end, **operand)
 
     def _op_pb(self, op: AnyOp) -> Any:
         if isinstance(op, PutOp):
             return pb.RequestOp(
                 request_put=pb.PutRequest(
-                    key=self._k(op.key), value=op.value, lease=op.lease, prev_kv=op.prev_kv
+                    key=self._namespace + op.key, value=op.value, lease=op.lease, prev_kv=op.prev_kv
                 )
             )
         if isinstance(op, DeleteOp):
-            k = self._k(op.key)
+            k = self._namespace + op.key
+            end = self._end(k, op.prefix, op.range_end) if op.prefix or op.range_end else b""
             return pb.RequestOp(
-                request_delete_range=pb.DeleteRangeRequest(
-                    key=k, range_end=self._end(k, op.prefix, op.range_end), prev_kv=op.prev_kv
-                )
+                request_delete_range=pb.DeleteRangeRequest(key=k, range_end=end, prev_kv=op.prev_kv)
             )
         if isinstance(op, GetOp):
             return pb.RequestOp(
