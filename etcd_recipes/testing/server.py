@@ -33,6 +33,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -201,6 +202,43 @@ class _ProcessState:
     log: IO[bytes] | None = None
     lock: threading.RLock = field(default_factory=threading.RLock)
     owner_pid: int = field(default_factory=os.getpid)
+
+
+# A watchdog started beside every etcd process: if the Python process that owns the server
+# dies without cleaning up (SIGKILL, os._exit, a killed CI job), the watchdog is re-parented
+# and kills etcd and deletes its temp dir. It exits on its own when etcd ends normally.
+_REAPER = """
+import os, shutil, signal, sys, time
+owner, child, temp_dir = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+while os.getppid() == owner:
+    time.sleep(0.5)
+    try:
+        os.kill(child, 0)
+    except OSError:
+        sys.exit(0)
+for sig in (signal.SIGCONT, signal.SIGKILL):
+    try:
+        os.kill(child, sig)
+    except OSError:
+        pass
+if temp_dir:
+    time.sleep(0.2)
+    shutil.rmtree(temp_dir, ignore_errors=True)
+"""
+
+
+def _start_reaper(pid: int, temp_dir: str | None) -> None:
+    try:
+        subprocess.Popen(
+            [sys.executable, "-c", _REAPER, str(os.getpid()), str(pid), temp_dir or ""],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except OSError:  # pragma: no cover - a best-effort safety net
+        pass
 
 
 def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
@@ -821,6 +859,7 @@ class EtcdServer:
                 close_fds=True,
             )
             state.paused = False
+            _start_reaper(state.proc.pid, state.temp_dir)
 
     def _log_tail(self) -> str:
         if self._log_path is None:

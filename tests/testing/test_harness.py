@@ -496,3 +496,38 @@ def test_etcd_proxy_fixture(etcd_proxy: TcpProxy, etcd_server: EtcdServer) -> No
         etcd_proxy.cut()
         assert etcd_proxy.connection_count == 0
     assert etcd_server.is_running
+
+
+def test_etcd_is_reaped_when_its_owner_dies_without_cleanup() -> None:
+    """A SIGKILLed test process (os._exit here) leaves no etcd and no temp dir behind."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    script = (
+        "import os\n"
+        "from etcd_recipes.testing import EtcdServer\n"
+        "s = EtcdServer().start()\n"
+        "print(s.pid, s.data_dir, flush=True)\n"
+        "os._exit(0)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    ).stdout.split()
+    pid, data_dir = int(out[0]), Path(out[1])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        raise AssertionError("the orphaned etcd was not reaped within 10 s")
+    deadline = time.monotonic() + 5
+    while data_dir.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not data_dir.exists()
