@@ -70,6 +70,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -582,7 +583,7 @@ class _TaskHold:
 # --------------------------------------------------------------------------- lock surface
 
 
-class _LockBase:
+class _LockBase(ABC):
     """The lock surface shared by :class:`DistributedMutex` and :class:`ReadWriteLockView`:
     per-task holds and reentrancy, timeouts, scoped bodies cancelled on loss, fencing."""
 
@@ -600,9 +601,9 @@ class _LockBase:
 
     # ---------------------------------------------------------------- hooks
 
+    @abstractmethod
     async def _take(self) -> _Held:
         """Queue in etcd and wait until admitted (cleaning up on any exception)."""
-        raise NotImplementedError
 
     def _reuse(self, task: asyncio.Task[Any]) -> _Held | None:
         """A hold ``task`` already has that this acquisition may share (downgrade)."""
@@ -917,8 +918,9 @@ class _Queued(_LockBase):
     _conflicts: str  # the prefix whose earlier keys conflict with ours
     _lost_error: type[LostError] = LockLostError
 
+    @abstractmethod
     def _new_key(self, lease: _SessionLease) -> tuple[str, bytes]:
-        raise NotImplementedError
+        """The key (and value) this waiter queues under."""
 
     async def _take(self) -> _Held:
         while True:
