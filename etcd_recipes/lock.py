@@ -566,6 +566,53 @@ def _leave_guard(
     return lost()
 
 
+def _lost_while_running(
+    name: str, what: str, held: _Held, error: type[LostError]
+) -> Callable[[], LostError]:
+    def lost() -> LostError:
+        hold = held.hold
+        cause = hold.lost_cause if hold.is_lost else RecipeClosedError("closed")
+        err = error(f"{name}: the {what} was lost while the body ran ({cause})")
+        err.__cause__ = cause
+        return err
+
+    return lost
+
+
+@contextlib.asynccontextmanager
+async def _scoped_body(
+    held: _Held,
+    guards: list[_Guard],
+    lost: Callable[[], LostError],
+    release: Callable[[], Awaitable[object]],
+) -> AsyncIterator[LockHold]:
+    """Run a ``with_lock``/``with_permit`` body under a loss guard, then release.
+
+    If the hold is lost while the body runs, the body is cancelled and ``lost()`` is raised
+    instead (the caller's own cancellation, or an inner conversion, wins over it).
+    """
+    guard = _Guard(_task())
+    guards.append(guard)
+
+    def leave(exc: BaseException | None) -> BaseException | None:
+        with contextlib.suppress(ValueError):
+            guards.remove(guard)
+        return _leave_guard(guard, exc, lost)
+
+    try:
+        yield held.public
+    except BaseException as exc:
+        replacement = leave(exc)
+        await release()
+        if replacement is not None:
+            raise replacement from exc
+        raise
+    replacement = leave(None)
+    await release()
+    if replacement is not None:
+        raise replacement
+
+
 class _TaskHold:
     __slots__ = ("count", "guards", "held", "task")
 
@@ -755,37 +802,12 @@ class _LockBase(ABC):
         """
         if not await self.acquire(timeout):
             raise LockTimeoutError(f"{self._name}: not acquired within {timeout}s")
-        task = _task()
-        th = self._holds[task]
-        guard = _Guard(task)
-        th.guards.append(guard)
-        try:
-            yield th.held.public
-        except BaseException as exc:
-            replacement = self._leave(th, guard, exc)
-            await self._release_task_hold(th)
-            if replacement is not None:
-                raise replacement from exc
-            raise
-        replacement = self._leave(th, guard, None)
-        await self._release_task_hold(th)
-        if replacement is not None:
-            raise replacement
-
-    def _leave(
-        self, th: _TaskHold, guard: _Guard, exc: BaseException | None
-    ) -> BaseException | None:
-        with contextlib.suppress(ValueError):
-            th.guards.remove(guard)
-        hold = th.held.hold
-
-        def lost() -> LostError:
-            cause = hold.lost_cause if hold.is_lost else RecipeClosedError("closed")
-            err = LockLostError(f"{self._name}: the lock was lost while the body ran ({cause})")
-            err.__cause__ = cause
-            return err
-
-        return _leave_guard(guard, exc, lost)
+        th = self._holds[_task()]
+        lost = _lost_while_running(self._name, "lock", th.held, LockLostError)
+        async with _scoped_body(
+            th.held, th.guards, lost, lambda: self._release_task_hold(th)
+        ) as hold:
+            yield hold
 
     async def _enter(self) -> None:
         cm = self.with_lock()

@@ -63,7 +63,6 @@ from .errors import (
     LeaseEventError,
     LockNotHeldError,
     LockTimeoutError,
-    LostError,
     PermitLostError,
     RecipeClosedError,
     SemaphorePermitMismatchError,
@@ -78,11 +77,12 @@ from .lock import (
     _Guard,
     _Held,
     _leased_txn,
-    _leave_guard,
+    _lost_while_running,
     _monitor_soon,
     _range,
     _read_queue,
     _Requeue,
+    _scoped_body,
     _Session,
     _SessionLease,
     _task,
@@ -432,35 +432,11 @@ class DistributedSemaphore(Recipe):
         if permit is None:
             raise LockTimeoutError(f"{self.exception_context}: no permit within {timeout}s")
         self._scoped.append(permit)
-        guard = _Guard(_task())
-        permit.guards.append(guard)
-        try:
-            yield permit.held.public
-        except BaseException as exc:
-            replacement = self._leave(permit, guard, exc)
-            await self._release_scoped(permit)
-            if replacement is not None:
-                raise replacement from exc
-            raise
-        replacement = self._leave(permit, guard, None)
-        await self._release_scoped(permit)
-        if replacement is not None:
-            raise replacement
-
-    def _leave(
-        self, permit: _Permit, guard: _Guard, exc: BaseException | None
-    ) -> BaseException | None:
-        hold = permit.held.hold
-
-        def lost() -> LostError:
-            cause = hold.lost_cause if hold.is_lost else RecipeClosedError("closed")
-            err = PermitLostError(
-                f"{self.exception_context}: the permit was lost while the body ran ({cause})"
-            )
-            err.__cause__ = cause
-            return err
-
-        return _leave_guard(guard, exc, lost)
+        lost = _lost_while_running(self.exception_context, "permit", permit.held, PermitLostError)
+        async with _scoped_body(
+            permit.held, permit.guards, lost, lambda: self._release_scoped(permit)
+        ) as hold:
+            yield hold
 
     async def _release_scoped(self, permit: _Permit) -> None:
         with contextlib.suppress(ValueError):
