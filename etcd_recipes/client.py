@@ -557,8 +557,12 @@ class EtcdClient:
             print("won" if r.succeeded else "lost")
         """
         req = self._txn_pb(compare, success, failure)
+        # etcd 3.5.0-3.5.2 panic when a *read-only* transaction is cancelled server-side:
+        # those are never cancelled there (see RpcRunner.call). Writes are applied through
+        # raft without the request's context, so they keep the normal, cancellable path.
+        detached = not _writes(success) and not _writes(failure)
         resp = await self._call(
-            "txn", "Txn", pb.KVStub, req, retry=False, timeout=timeout, detached=True
+            "txn", "Txn", pb.KVStub, req, retry=False, timeout=timeout, detached=detached
         )
         return self._txn_result(resp)
 
@@ -765,6 +769,16 @@ class EtcdClient:
     def request_progress(self) -> None:
         """Ask the server for a progress notification on the watch stream."""
         self._watch_hub.request_progress()
+
+
+def _writes(ops: Sequence[AnyOp]) -> bool:
+    """Whether any operation (nested transactions included) writes."""
+    for op in ops:
+        if isinstance(op, (PutOp, DeleteOp)):
+            return True
+        if isinstance(op, TxnOp) and (_writes(op.success) or _writes(op.failure)):
+            return True
+    return False
 
 
 def connect(

@@ -148,6 +148,13 @@ async def wait_for_change(
     )
     with anyio.move_on_after(timeout):
         async with watch:
+            if not watch.is_synced:
+                # Writes landed between the read and the watch: etcd replays them to this
+                # watch from its catch-up loop (up to ~100 ms late). Look now instead; the
+                # watch still covers everything after.
+                done, _ = await probe()
+                if done:
+                    return True
             async for item in watch:
                 if isinstance(item, WatchEvent):
                     if trigger(item):

@@ -187,6 +187,13 @@ class Watch:
         return self._resume
 
     @property
+    def is_synced(self) -> bool:
+        """Whether the server has caught this watch up to the present (it started above the
+        head revision, or a progress notification said so). A watch replaying history gets
+        its events from etcd's catch-up loop, up to ~100 ms late."""
+        return self._synced
+
+    @property
     def is_closed(self) -> bool:
         """Whether the watch was closed (or failed for good)."""
         return self._state == "closed"

@@ -29,11 +29,15 @@ async def test_cancelled_read_only_transactions_do_not_kill_the_server(fresh_etc
         assert (await client.txn([], [Op.get("/x/1")])).succeeded
 
 
-async def test_transaction_timeout_is_enforced_client_side(fresh_etcd_server):
+async def test_transaction_timeouts(fresh_etcd_server):
+    """A read-only transaction's timeout is enforced client-side (the server never sees a
+    deadline); a writing one uses the gRPC deadline. Both raise EtcdTimeoutError."""
     async with connect(**fresh_etcd_server.client_kwargs()) as client:
         fresh_etcd_server.pause()
         try:
             with pytest.raises(EtcdTimeoutError, match="may still commit"):
+                await client.txn([], [Op.get("/t")], timeout=0.3)
+            with pytest.raises(EtcdTimeoutError):
                 await client.txn([], [Op.put("/t", b"1")], timeout=0.3)
         finally:
             fresh_etcd_server.resume()

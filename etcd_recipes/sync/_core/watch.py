@@ -35,6 +35,13 @@ class Watch(SyncTwin, twin_of=_async.Watch):
         return self._rt.call_sync(lambda: self._a.resume_revision)
 
     @property
+    def is_synced(self) -> bool:
+        """Whether the server has caught this watch up to the present (it started above the
+        head revision, or a progress notification said so). A watch replaying history gets
+        its events from etcd's catch-up loop, up to ~100 ms late."""
+        return self._rt.call_sync(lambda: self._a.is_synced)
+
+    @property
     def is_closed(self) -> bool:
         """Whether the watch was closed (or failed for good)."""
         return self._rt.call_sync(lambda: self._a.is_closed)
