@@ -2,15 +2,19 @@
 
 The public async API is re-exported here; the blocking twin lives in :mod:`etcd_recipes.sync`.
 
+The import statements below are **the** export list: ``__all__`` repeats exactly their names
+(a test checks it), and ``tools/gen_sync`` reads these statements to learn which modules and
+names the blocking facade twins or re-exports. A new public name is added here, once.
+
 Example::
 
     import asyncio
     from etcd_recipes import connect
 
     async def main() -> None:
-        async with connect("127.0.0.1:2379") as client:
-            await client.put("/hello", "world")
-            print((await client.get("/hello")).text)
+        async with connect(endpoints) as client:
+            await client.put(f"{prefix}/hello", "world")
+            print((await client.get(f"{prefix}/hello")).text)
 
     asyncio.run(main())
 """
@@ -20,8 +24,18 @@ from __future__ import annotations
 from ._core.lease import AcquisitionLease, SelfHealingLease
 from ._core.logctx import RecipeContextFilter, current_recipe
 from ._core.recipe import BackgroundException, Recipe
-from ._core.txn import Cmp, Compare, Op
-from ._core.watch import Watch
+from ._core.txn import (
+    Cmp,
+    CmpResult,
+    CmpTarget,
+    Compare,
+    DeleteOp,
+    GetOp,
+    Op,
+    PutOp,
+    TxnOp,
+)
+from ._core.watch import Watch, WatchItem
 from .barrier import DistributedBarrier
 from .client import EtcdClient, connect
 from .codecs import (
@@ -37,6 +51,8 @@ from .codecs import (
     JsonCodec,
     PydanticCodec,
     StrCodec,
+    as_codec,
+    to_bytes,
 )
 from .counted_barrier import DistributedBarrierWithCount, DistributedDoubleBarrier
 from .counter import DistributedAtomicLong
@@ -58,8 +74,47 @@ from .election import (
     get_participants,
     leadership_events,
 )
-from .errors import *  # noqa: F403
-from .errors import __all__ as _errors_all
+from .errors import (
+    AlreadyStartedError,
+    AuthenticationError,
+    ClaimLostError,
+    ClientClosedError,
+    CodecError,
+    CompactedError,
+    DuplicateKeyError,
+    DuplicateParticipantError,
+    EmptyKeyError,
+    EmptyPathError,
+    EtcdConnectionError,
+    EtcdRecipeError,
+    EtcdServerError,
+    EtcdTimeoutError,
+    ForkedProcessError,
+    FutureRevisionError,
+    InvalidArgumentError,
+    InvalidEndpointError,
+    LeadershipLostError,
+    LeaseEventError,
+    LeaseNotFoundError,
+    LockLostError,
+    LockNotHeldError,
+    LockTimeoutError,
+    LockUpgradeError,
+    LostError,
+    NotLeaderError,
+    NotStartedError,
+    PermissionDeniedError,
+    PermitLostError,
+    RecipeClosedError,
+    RetriesExhaustedError,
+    SemaphorePermitMismatchError,
+    TlsHandshakeError,
+    TooManyOperationsError,
+    UsageError,
+    ValueTooLargeError,
+    WatchFailedError,
+    WrongEventLoopError,
+)
 from .events import (
     ConnectionState,
     LeaseEvent,
@@ -72,6 +127,7 @@ from .events import (
     WatchResubscribed,
     WatchResynced,
     WatchSuspended,
+    state_after,
 )
 from .keyvalue import TransientKeyValue
 from .lock import (
@@ -82,10 +138,13 @@ from .lock import (
     server_lock,
     server_unlock,
 )
-from .metrics import EtcdMetrics
+from .metrics import NOOP_METRICS, EtcdMetrics
 from .queue import MAX_PRIORITY, DistributedPriorityQueue, DistributedQueue, InvalidPriorityError
 from .resilience import (
+    Bounded,
+    ExponentialBackoff,
     LeaseResilience,
+    Never,
     ResilienceConfig,
     RetryPolicy,
     RpcResilience,
@@ -116,68 +175,134 @@ __all__ = [
     "INT32",
     "INT64",
     "JSON",
+    "MAX_PRIORITY",
+    "NOOP_METRICS",
     "UTF8",
     "AcquisitionLease",
+    "AlreadyStartedError",
+    "AuthenticationError",
     "BackgroundException",
+    "Bounded",
     "BytesCodec",
+    "ClaimLostError",
+    "ClientClosedError",
     "Cmp",
+    "CmpResult",
+    "CmpTarget",
     "Codec",
+    "CodecError",
+    "CompactedError",
     "Compare",
     "ConnectionState",
+    "DeadLetter",
+    "DeleteOp",
     "DeleteResult",
     "DistributedAtomicLong",
     "DistributedBarrier",
+    "DistributedBarrierWithCount",
+    "DistributedDoubleBarrier",
+    "DistributedMutex",
+    "DistributedPriorityQueue",
+    "DistributedQueue",
+    "DistributedReadWriteLock",
+    "DistributedSemaphore",
+    "DistributedWorkQueue",
+    "DuplicateKeyError",
+    "DuplicateParticipantError",
+    "Elected",
+    "ElectionLeaderKey",
+    "EmptyKeyError",
+    "EmptyPathError",
     "EtcdClient",
+    "EtcdConnectionError",
     "EtcdMetrics",
+    "EtcdRecipeError",
+    "EtcdServerError",
+    "EtcdTimeoutError",
     "EventType",
+    "ExponentialBackoff",
+    "ForkedProcessError",
+    "FutureRevisionError",
+    "GetOp",
     "Int32Codec",
     "Int64Codec",
+    "InvalidArgumentError",
+    "InvalidEndpointError",
+    "InvalidPriorityError",
     "JsonCodec",
     "KeyValue",
+    "LeaderLatch",
+    "LeaderObserver",
+    "LeaderSelector",
+    "LeadershipEvent",
+    "LeadershipLostError",
+    "LeadershipTerm",
     "LeaseEvent",
+    "LeaseEventError",
     "LeaseExpired",
     "LeaseFailed",
     "LeaseGrant",
     "LeaseInfo",
-    "LeaseRestored",
+    "LeaseNotFoundError",
     "LeaseResilience",
+    "LeaseRestored",
     "LeaseSuspended",
+    "LockHold",
+    "LockLostError",
+    "LockNotHeldError",
+    "LockTimeoutError",
+    "LockUpgradeError",
+    "LostError",
     "Member",
+    "Never",
+    "NotLeaderError",
+    "NotStartedError",
     "Op",
+    "Participant",
+    "PermissionDeniedError",
+    "PermitLostError",
+    "PutOp",
     "PutResult",
     "PydanticCodec",
     "RangeResult",
+    "ReadWriteLockView",
     "Recipe",
+    "RecipeClosedError",
     "RecipeContextFilter",
     "ResilienceConfig",
+    "RetriesExhaustedError",
     "RetryPolicy",
     "RpcResilience",
     "SelfHealingLease",
+    "SemaphorePermitMismatchError",
     "SortOrder",
     "SortTarget",
     "Status",
     "StrCodec",
+    "TlsHandshakeError",
+    "TooManyOperationsError",
     "TransientKeyValue",
+    "TxnOp",
     "TxnResult",
+    "UsageError",
+    "Vacated",
+    "ValueTooLargeError",
     "Watch",
     "WatchEvent",
     "WatchFailed",
+    "WatchFailedError",
+    "WatchItem",
     "WatchRecoveryEvent",
     "WatchResilience",
     "WatchResubscribed",
     "WatchResynced",
     "WatchSuspended",
-    "DistributedBarrierWithCount",
-    "DistributedDoubleBarrier",
-    "Elected",
-    "ElectionLeaderKey",
-    "LeaderLatch",
-    "LeaderObserver",
-    "LeaderSelector",
-    "LeadershipEvent",
-    "LeadershipTerm",
-    "Participant",
-    "Vacated",
+    "WorkItem",
+    "WorkQueueConfig",
+    "WrongEventLoopError",
+    "as_codec",
+    "connect",
+    "current_recipe",
     "election_campaign",
     "election_leader",
     "election_observe",
@@ -185,22 +310,20 @@ __all__ = [
     "election_resign",
     "get_participants",
     "leadership_events",
-    "DistributedMutex",
-    "DistributedReadWriteLock",
-    "LockHold",
-    "ReadWriteLockView",
     "server_lock",
     "server_unlock",
-    "DistributedSemaphore",
-    "MAX_PRIORITY",
-    "DistributedPriorityQueue",
-    "DistributedQueue",
-    "InvalidPriorityError",
-    "DeadLetter",
-    "DistributedWorkQueue",
-    "WorkItem",
-    "WorkQueueConfig",
-    "connect",
-    "current_recipe",
-    *_errors_all,
+    "state_after",
+    "to_bytes",
 ]
+
+# Public classes and functions report the package they are imported from (anyio's way), not
+# the private module that defines them: tracebacks, reprs and docs show ``etcd_recipes.X``.
+for _value in list(locals().values()):
+    if (isinstance(_value, type) or callable(_value)) and getattr(
+        _value, "__module__", ""
+    ).startswith("etcd_recipes."):
+        try:
+            _value.__module__ = __name__
+        except (AttributeError, TypeError):  # pragma: no cover - builtins, slots
+            pass
+del _value
