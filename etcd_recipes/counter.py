@@ -138,6 +138,6 @@ class DistributedAtomicLong(Recipe):
 
             await DistributedAtomicLong.delete(client, "/counters/visits")
         """
-        from ._core.keys import require_path
+        from ._core.validate import check_path
 
-        return (await client.delete(require_path(path))).deleted > 0
+        return (await client.delete(check_path(path))).deleted > 0

@@ -18,6 +18,7 @@ import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 
+from ._core.validate import check_timeout
 from .errors import InvalidArgumentError
 from .metrics import NOOP_METRICS, EtcdMetrics
 
@@ -167,8 +168,7 @@ class Never(RetryPolicy):
 
 
 def _check_timeout(name: str, value: float | None) -> None:
-    if value is not None and not value > 0:
-        raise InvalidArgumentError(f"{name} must be > 0 seconds or None, got {value}")
+    check_timeout(value, what=name)
 
 
 @dataclass(frozen=True)

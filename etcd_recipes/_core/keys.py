@@ -8,7 +8,7 @@ from __future__ import annotations
 import secrets
 import string
 
-from ..errors import EmptyKeyError, EmptyPathError, InvalidArgumentError
+from ..errors import EmptyKeyError, InvalidArgumentError
 
 __all__ = [
     "TOKEN_LENGTH",
@@ -19,7 +19,6 @@ __all__ = [
     "pad",
     "prefix_range_end",
     "random_token",
-    "require_path",
 ]
 
 TOKEN_LENGTH = 7
@@ -51,15 +50,6 @@ def prefix_range_end(prefix: bytes) -> bytes:
             end[i] += 1
             return bytes(end[: i + 1])
     return b"\x00"  # every key
-
-
-def require_path(path: str) -> str:
-    """Validate a recipe path: a non-empty string."""
-    if not isinstance(path, str):
-        raise InvalidArgumentError(f"a recipe path must be a str, not {type(path).__name__}")
-    if not path or not path.strip("/"):
-        raise EmptyPathError("a recipe path must not be empty (or only '/')")
-    return path
 
 
 def append_to_path(path: str, suffix: str) -> str:

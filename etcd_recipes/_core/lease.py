@@ -31,11 +31,12 @@ import anyio
 import grpc
 from aetcd import rpc as pb
 
-from ..errors import ClientClosedError, EtcdRecipeError, InvalidArgumentError, LeaseNotFoundError
+from ..errors import ClientClosedError, EtcdRecipeError, LeaseNotFoundError
 from ..events import LeaseEvent, LeaseExpired, LeaseFailed, LeaseRestored, LeaseSuspended
 from ..resilience import LeaseResilience, RetryPolicy
 from .listeners import ListenerSet
 from .rpc import map_grpc_error
+from .validate import check_ttl
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
@@ -49,12 +50,8 @@ CLEANUP_TIMEOUT = 5.0
 
 
 def validate_ttl(ttl: float) -> int:
-    """Lease TTLs are whole seconds (truncated, like the reference); at least 1."""
-    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
-        raise InvalidArgumentError(f"a lease TTL must be a number of seconds, not {ttl!r}")
-    if ttl < 1:
-        raise InvalidArgumentError(f"a lease TTL must be at least 1 second, got {ttl}")
-    return int(ttl)
+    """Lease TTLs are whole seconds >= 1 (see :func:`~etcd_recipes._core.validate.check_ttl`)."""
+    return check_ttl(ttl)
 
 
 class _Registration:

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from ..errors import AlreadyStartedError, NotStartedError, RecipeClosedError
 from ..events import ConnectionState, LeaseEvent, WatchRecoveryEvent, state_after
 from .keys import client_id as make_client_id
-from .keys import require_path
 from .listeners import ListenerSet
 from .logctx import recipe_context
+from .validate import check_path
 from .waiting import CLEANUP_TIMEOUT, run_shielded
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ class Recipe:
 
     def __init__(self, client: EtcdClient, path: str, *, client_id: str | None = None) -> None:
         self._client = client
-        self.path = require_path(path)
+        self.path = check_path(path)
         """The recipe's key path."""
         self.client_id = client_id or make_client_id(type(self).__name__)
         """This instance's identity (``"<Class>:<7 random chars>"`` by default)."""
