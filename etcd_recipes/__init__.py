@@ -58,7 +58,6 @@ from .counted_barrier import DistributedBarrierWithCount, DistributedDoubleBarri
 from .counter import DistributedAtomicLong
 from .election import (
     Elected,
-    ElectionLeaderKey,
     LeaderLatch,
     LeaderObserver,
     LeaderSelector,
@@ -153,6 +152,7 @@ from .resilience import (
 from .semaphore import DistributedSemaphore
 from .types import (
     DeleteResult,
+    ElectionLeaderKey,
     EventType,
     KeyValue,
     LeaseGrant,

@@ -63,22 +63,17 @@ from typing import TYPE_CHECKING, Any, Union
 import anyio
 
 from ._core.hold import Hold
-from ._core.keys import TOKEN_LENGTH, append_to_path, key_bytes, random_token
+from ._core.keys import TOKEN_LENGTH, append_to_path, random_token
 from ._core.lease import AcquisitionLease, SelfHealingLease, validate_ttl
 from ._core.listeners import ListenerSet
 from ._core.recipe import Recipe
 from ._core.txn import AnyOp, Cmp, Compare, Op
 from ._core.waiting import abort_guard, run_shielded, wait_for_change
-from ._proto_election import MESSAGES
-from ._proto_election.calls import stream as _election_stream
-from ._proto_election.calls import unary as _election_unary
-from .codecs import to_bytes
 from .errors import (
     AlreadyStartedError,
     DuplicateParticipantError,
     EtcdConnectionError,
     EtcdRecipeError,
-    EtcdServerError,
     EtcdTimeoutError,
     InvalidArgumentError,
     LeadershipLostError,
@@ -97,7 +92,16 @@ from .events import (
     WatchResubscribed,
 )
 from .resilience import RetryPolicy
-from .types import EventType, KeyValue, RangeResult, SortOrder, SortTarget, TxnResult, WatchEvent
+from .types import (
+    ElectionLeaderKey,
+    EventType,
+    KeyValue,
+    RangeResult,
+    SortOrder,
+    SortTarget,
+    TxnResult,
+    WatchEvent,
+)
 
 if TYPE_CHECKING:
     from .client import EtcdClient
@@ -953,35 +957,6 @@ async def leadership_events(client: EtcdClient, path: str) -> AsyncIterator[Lead
 # --------------------------------------------------------------------------- etcd's election API
 
 
-@dataclass(frozen=True)
-class ElectionLeaderKey:
-    """The leadership returned by :func:`election_campaign` (etcd's ``LeaderKey``): pass it to
-    :func:`election_proclaim` and :func:`election_resign`.
-
-    ``key`` is ``<name>/<lease id in hex>``; ``revision`` its create revision (a fencing
-    token: guard writes with ``Cmp.create_revision(key) == revision``).
-
-    Example::
-
-        leader = await election_campaign(client, "jobs", "node-1", lease=lease.id)
-        print(leader.key, leader.revision)
-    """
-
-    name: bytes
-    key: bytes
-    revision: int
-    lease: int
-
-
-def _leader_key_pb(client: EtcdClient, leader: ElectionLeaderKey) -> Any:
-    return MESSAGES["LeaderKey"](
-        name=client._k(leader.name),
-        key=client._k(leader.key),
-        rev=leader.revision,
-        lease=leader.lease,
-    )
-
-
 async def election_campaign(
     client: EtcdClient,
     name: bytes | str,
@@ -1005,38 +980,7 @@ async def election_campaign(
             ...
             await election_resign(client, leader)
     """
-    if isinstance(lease, bool) or not isinstance(lease, int) or lease <= 0:
-        raise InvalidArgumentError(
-            "election_campaign needs the id of a live lease (lease=0 would make the server "
-            "create an orphaned 60 s lease)"
-        )
-    raw_name = key_bytes(name)
-    own_key = raw_name + b"/" + f"{lease:x}".encode()
-    request = MESSAGES["CampaignRequest"](
-        name=client._k(raw_name), lease=lease, value=to_bytes(value)
-    )
-
-    async def withdraw() -> None:
-        await client.txn([Cmp.lease(own_key) == lease], [Op.delete(own_key)])
-
-    async with abort_guard(withdraw, what=f"election_campaign({raw_name!r}): withdraw"):
-        try:
-            resp = await _election_unary(
-                client, "Campaign", request, op="election_campaign", retry=False, timeout=timeout
-            )
-        except EtcdServerError as exc:
-            if "deadline exceeded" in exc.details.lower():
-                raise EtcdTimeoutError(
-                    f"election_campaign({raw_name!r}): not elected within {timeout}s"
-                ) from exc
-            raise
-    leader = resp.leader
-    return ElectionLeaderKey(
-        client._strip(bytes(leader.name)),
-        client._strip(bytes(leader.key)),
-        int(leader.rev),
-        int(leader.lease),
-    )
+    return await client.election_campaign(name, value, lease=lease, timeout=timeout)
 
 
 async def election_proclaim(
@@ -1050,10 +994,7 @@ async def election_proclaim(
 
         await election_proclaim(client, leader, "node-1 (draining)")
     """
-    request = MESSAGES["ProclaimRequest"](
-        leader=_leader_key_pb(client, leader), value=to_bytes(value)
-    )
-    await _election_unary(client, "Proclaim", request, op="election_proclaim")
+    await client.election_proclaim(leader, value)
 
 
 async def election_leader(client: EtcdClient, name: bytes | str) -> KeyValue | None:
@@ -1064,14 +1005,7 @@ async def election_leader(client: EtcdClient, name: bytes | str) -> KeyValue | N
         kv = await election_leader(client, "jobs")
         print(kv.text if kv else "no leader")
     """
-    request = MESSAGES["LeaderRequest"](name=client._k(key_bytes(name)))
-    try:
-        resp = await _election_unary(client, "Leader", request, op="election_leader")
-    except EtcdServerError as exc:
-        if "election: no leader" in exc.details:
-            return None
-        raise
-    return client._kv(resp.kv)
+    return await client.election_leader(name)
 
 
 async def election_observe(client: EtcdClient, name: bytes | str) -> AsyncIterator[KeyValue]:
@@ -1085,9 +1019,8 @@ async def election_observe(client: EtcdClient, name: bytes | str) -> AsyncIterat
         async for kv in election_observe(client, "jobs"):
             print(kv.key, kv.text)
     """
-    request = MESSAGES["LeaderRequest"](name=client._k(key_bytes(name)))
-    async for resp in _election_stream(client, "Observe", request, op="election_observe"):
-        yield client._kv(resp.kv)
+    async for kv in client.election_observe(name):
+        yield kv
 
 
 async def election_resign(client: EtcdClient, leader: ElectionLeaderKey) -> None:
@@ -1098,5 +1031,4 @@ async def election_resign(client: EtcdClient, leader: ElectionLeaderKey) -> None
 
         await election_resign(client, leader)
     """
-    request = MESSAGES["ResignRequest"](leader=_leader_key_pb(client, leader))
-    await _election_unary(client, "Resign", request, op="election_resign")
+    await client.election_resign(leader)
