@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import math
 import os
@@ -35,7 +34,6 @@ import anyio
 import grpc
 from aetcd import rpc as pb
 
-from . import _proto_election as election_pb
 from ._core.endpoints import ChannelSpec, build_channel
 from ._core.keys import key_bytes, prefix_range_end
 from ._core.lease import (
@@ -50,7 +48,7 @@ from ._core.txn import AnyOp, Cmp, Compare, DeleteOp, GetOp, Op, PutOp, TxnOp
 from ._core.validate import check_lease_id, check_timeout
 from ._core.waiting import abort_guard
 from ._core.watch import ResyncHook, Watch, WatchHub
-from ._proto import v3lock
+from ._proto import v3election, v3lock
 from .codecs import Codec, to_bytes
 from .errors import (
     ClientClosedError,
@@ -654,7 +652,7 @@ class EtcdClient:
             with anyio.move_on_after(timeout):
                 # No gRPC deadline: the wait is bounded here, and the waiter key removed.
                 response = await self._service_call(
-                    "lock", v3lock.lock_method, request, retry=False, timeout=None
+                    "lock", v3lock.LOCK, request, retry=False, timeout=None
                 )
             if response is None:
                 raise LockTimeoutError(
@@ -675,24 +673,16 @@ class EtcdClient:
                 assert (await client.get(key)) is None
         """
         request = v3lock.UnlockRequest(key=self._k(key_bytes(key)))
-        await self._service_call("unlock", v3lock.unlock_method, request)
+        await self._service_call("unlock", v3lock.UNLOCK, request)
 
     # ------------------------------------------------------------------ election service
 
     def _leader_key_pb(self, leader: ElectionLeaderKey) -> Any:
-        return election_pb.MESSAGES["LeaderKey"](
+        return v3election.MESSAGES["LeaderKey"](
             name=self._k(leader.name),
             key=self._k(leader.key),
             rev=leader.revision,
             lease=leader.lease,
-        )
-
-    def _election_call(
-        self, rpc: str, request: Any, *, retry: bool = True, timeout: float | None = _UNSET
-    ) -> Coroutine[Any, Any, Any]:
-        factory = _ELECTION_METHODS[rpc]
-        return self._service_call(
-            _ELECTION_OPS[rpc], factory, request, retry=retry, timeout=timeout
         )
 
     async def election_campaign(
@@ -725,7 +715,7 @@ class EtcdClient:
         timeout = check_timeout(timeout)
         raw_name = key_bytes(name)
         own_key = raw_name + b"/" + f"{lease:x}".encode()
-        request = election_pb.MESSAGES["CampaignRequest"](
+        request = v3election.MESSAGES["CampaignRequest"](
             name=self._k(raw_name), lease=lease, value=to_bytes(value)
         )
 
@@ -734,8 +724,9 @@ class EtcdClient:
 
         async with abort_guard(withdraw, what=f"election_campaign({raw_name!r}): withdraw"):
             try:
-                resp = await self._election_call(
-                    "Campaign",
+                resp = await self._service_call(
+                    "election_campaign",
+                    v3election.CAMPAIGN,
                     request,
                     retry=False,
                     timeout=None if timeout == math.inf else timeout,
@@ -767,10 +758,10 @@ class EtcdClient:
                 assert (await client.election_leader(prefix)).text == "node-1 (draining)"
                 await client.election_resign(leader)
         """
-        request = election_pb.MESSAGES["ProclaimRequest"](
+        request = v3election.MESSAGES["ProclaimRequest"](
             leader=self._leader_key_pb(leader), value=to_bytes(value)
         )
-        await self._election_call("Proclaim", request)
+        await self._service_call("election_proclaim", v3election.PROCLAIM, request)
 
     async def election_leader(self, name: bytes | str) -> KeyValue | None:
         """The current leader's key and proclaimed value for ``name``, or ``None`` without one.
@@ -784,9 +775,9 @@ class EtcdClient:
                 assert kv is not None and kv.key == leader.key and kv.text == "node-1"
                 await client.election_resign(leader)
         """
-        request = election_pb.MESSAGES["LeaderRequest"](name=self._k(key_bytes(name)))
+        request = v3election.MESSAGES["LeaderRequest"](name=self._k(key_bytes(name)))
         try:
-            resp = await self._election_call("Leader", request)
+            resp = await self._service_call("election_leader", v3election.LEADER, request)
         except EtcdServerError as exc:
             if "election: no leader" in exc.details:
                 return None
@@ -816,8 +807,8 @@ class EtcdClient:
                             break
                 await client.election_resign(leader)
         """
-        request = election_pb.MESSAGES["LeaderRequest"](name=self._k(key_bytes(name)))
-        call = election_pb.stream_method(self._channel_or_raise(), "Observe")(
+        request = v3election.MESSAGES["LeaderRequest"](name=self._k(key_bytes(name)))
+        call = v3election.OBSERVE(self._channel_or_raise())(
             request, metadata=self._runner.metadata()
         )
         try:
@@ -846,8 +837,8 @@ class EtcdClient:
                 await client.election_resign(leader)  # over already: nothing happens
                 assert await client.election_leader(prefix) is None
         """
-        request = election_pb.MESSAGES["ResignRequest"](leader=self._leader_key_pb(leader))
-        await self._election_call("Resign", request)
+        request = v3election.MESSAGES["ResignRequest"](leader=self._leader_key_pb(leader))
+        await self._service_call("election_resign", v3election.RESIGN, request)
 
     # ------------------------------------------------------------------ typed helpers
 
@@ -1045,13 +1036,6 @@ class EtcdClient:
     def request_progress(self) -> None:
         """Ask the server for a progress notification on the watch stream."""
         self._watch_hub.request_progress()
-
-
-_ELECTION_METHODS: dict[str, Callable[[Any], Any]] = {
-    rpc: functools.partial(election_pb.method, rpc=rpc)
-    for rpc in ("Campaign", "Proclaim", "Leader", "Resign")
-}
-_ELECTION_OPS = {rpc: f"election_{rpc.lower()}" for rpc in _ELECTION_METHODS}
 
 
 def _writes(ops: Sequence[AnyOp]) -> bool:
