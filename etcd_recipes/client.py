@@ -41,13 +41,13 @@ from ._core.lease import (
     EstablishHook,
     LeaseKeeper,
     SelfHealingLease,
-    validate_ttl,
 )
 from ._core.rpc import AuthManager, RpcRunner, await_call, await_stream_op, map_grpc_error
 from ._core.txn import AnyOp, Cmp, Compare, DeleteOp, GetOp, Op, PutOp, TxnOp
-from ._core.validate import check_lease_id, check_timeout
+from ._core.validate import check_lease_id, check_timeout, check_ttl
 from ._core.waiting import abort_guard
 from ._core.watch import ResyncHook, Watch, WatchHub
+from ._core.wire import Wire
 from ._proto import v3election, v3lock
 from .codecs import Codec, to_bytes
 from .errors import (
@@ -163,8 +163,16 @@ class EtcdClient:
         if self._auth is not None:
             self._auth.bind(self._channel)
         self._state = "open"
-        self._watches = WatchHub(self)
-        self._lease_keeper = LeaseKeeper(self)
+        wire = Wire(
+            channel=self._channel_or_raise,
+            metadata=self._runner.metadata,
+            auth=self._auth,
+            endpoints=self._spec.description,
+            namespace=self._namespace,
+            metrics=self._resilience.metrics,
+        )
+        self._watches = WatchHub(wire)
+        self._lease_keeper = LeaseKeeper(wire)
         try:
             await self._verify()
         except BaseException:
@@ -914,7 +922,7 @@ class EtcdClient:
 
         Prefer :meth:`lease` (kept alive, revoked on exit) for anything but one-off keys.
         """
-        req = pb.LeaseGrantRequest(TTL=validate_ttl(ttl))
+        req = pb.LeaseGrantRequest(TTL=check_ttl(ttl))
         resp = await self._call("lease_grant", "LeaseGrant", pb.LeaseStub, req, timeout=timeout)
         return LeaseGrant(id=int(resp.ID), ttl=int(resp.TTL))
 

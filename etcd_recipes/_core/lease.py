@@ -35,8 +35,8 @@ from ..errors import ClientClosedError, EtcdRecipeError, LeaseNotFoundError
 from ..events import LeaseEvent, LeaseExpired, LeaseFailed, LeaseRestored, LeaseSuspended
 from ..resilience import LeaseResilience, RetryPolicy
 from .listeners import ListenerSet
-from .rpc import map_grpc_error
 from .validate import check_ttl
+from .wire import Wire
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
@@ -46,11 +46,11 @@ __all__ = ["AcquisitionLease", "LeaseKeeper", "SelfHealingLease", "validate_ttl"
 log = logging.getLogger("etcd_recipes.lease")
 
 _STREAM_BACKOFF = RetryPolicy.exponential_backoff(initial_delay=0.05, max_delay=1.0, jitter=0.2)
-CLEANUP_TIMEOUT = 5.0
 
 
 def validate_ttl(ttl: float) -> int:
-    """Lease TTLs are whole seconds >= 1 (see :func:`~etcd_recipes._core.validate.check_ttl`)."""
+    """Lease TTLs are whole seconds >= 1: an alias of
+    :func:`~etcd_recipes._core.validate.check_ttl`, kept for the recipes that import it."""
     return check_ttl(ttl)
 
 
@@ -80,9 +80,9 @@ class _Registration:
 class LeaseKeeper:
     """Owns the client's keep-alive stream and the renewal schedule of its leases."""
 
-    def __init__(self, client: EtcdClient) -> None:
-        self._client = client
-        self._metrics = client._resilience.metrics
+    def __init__(self, wire: Wire) -> None:
+        self._wire = wire
+        self._metrics = wire.metrics
         self._regs: dict[int, _Registration] = {}
         self._task: asyncio.Task[None] | None = None
         self._closed = False
@@ -150,8 +150,8 @@ class LeaseKeeper:
             reader: asyncio.Task[None] | None = None
             cause: BaseException | None = None
             try:
-                stub = pb.LeaseStub(self._client._channel_or_raise())
-                call = stub.LeaseKeepAlive(metadata=self._client._runner.metadata())
+                stub = pb.LeaseStub(self._wire.channel())
+                call = stub.LeaseKeepAlive(metadata=self._wire.metadata())
                 self.streams_opened += 1
                 reader = asyncio.get_running_loop().create_task(self._read_loop(call))
                 for reg in self._regs.values():
@@ -190,9 +190,7 @@ class LeaseKeeper:
                     call.cancel()
             mapped: BaseException = cause
             if isinstance(cause, grpc.aio.AioRpcError):
-                mapped = map_grpc_error(
-                    cause, op="lease keep-alive", endpoints=self._client._spec.description
-                )
+                mapped = self._wire.error(cause, op="lease keep-alive")
             log.debug("keep-alive stream failed: %r", mapped)
             for reg in list(self._regs.values()):
                 if not reg.suspended:
@@ -238,7 +236,7 @@ async def _revoke_quietly(client: EtcdClient, lease_id: int) -> None:
 class _LeaseBase:
     def __init__(self, client: EtcdClient, ttl: float) -> None:
         self._client = client
-        self.ttl = validate_ttl(ttl)
+        self.ttl = check_ttl(ttl)
         """The requested TTL in whole seconds."""
         self.listeners: ListenerSet = ListenerSet("lease")
         self._reg: _Registration | None = None

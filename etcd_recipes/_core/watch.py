@@ -28,7 +28,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Union
+from typing import Any, Union
 
 import grpc
 from aetcd import rpc as pb
@@ -50,10 +50,8 @@ from ..events import (
 from ..resilience import RetryPolicy, WatchResilience
 from ..types import EventType, KeyValue, WatchEvent
 from .listeners import ListenerSet
-from .rpc import is_auth_token_error, map_grpc_error
-
-if TYPE_CHECKING:
-    from ..client import EtcdClient
+from .rpc import is_auth_token_error
+from .wire import Wire
 
 __all__ = ["Watch", "WatchHub", "WatchItem"]
 
@@ -413,9 +411,9 @@ class Watch:
 class WatchHub:
     """Owns the client's single Watch stream and routes responses to :class:`Watch` objects."""
 
-    def __init__(self, client: EtcdClient) -> None:
-        self._client = client
-        self.metrics = client._resilience.metrics
+    def __init__(self, wire: Wire) -> None:
+        self._wire = wire
+        self.metrics = wire.metrics
         self._watchers: dict[int, Watch] = {}
         self._next_id = 1
         self._outbox: asyncio.Queue[Any] = asyncio.Queue()
@@ -496,8 +494,8 @@ class WatchHub:
             writer: asyncio.Task[None] | None = None
             cause: BaseException | None = None
             try:
-                stub = pb.WatchStub(self._client._channel_or_raise())
-                call = stub.Watch(metadata=self._client._runner.metadata())
+                stub = pb.WatchStub(self._wire.channel())
+                call = stub.Watch(metadata=self._wire.metadata())
                 self.streams_opened += 1
                 while not self._outbox.empty():
                     self._outbox.get_nowait()
@@ -530,10 +528,10 @@ class WatchHub:
                 continue
             mapped: BaseException = cause
             if isinstance(cause, grpc.aio.AioRpcError):
-                if is_auth_token_error(cause) and self._client._auth is not None:
+                if is_auth_token_error(cause) and self._wire.auth is not None:
                     with contextlib.suppress(Exception):
-                        await self._client._auth.refresh()
-                mapped = map_grpc_error(cause, op="watch", endpoints=self._client._spec.description)
+                        await self._wire.refresh_auth()
+                mapped = self._wire.error(cause, op="watch")
             log.debug("watch stream failed: %r", mapped)
             for watch in list(self._watchers.values()):
                 watch._on_failure(mapped)
@@ -584,7 +582,7 @@ class WatchHub:
     def _on_server_cancel(self, watch: Watch, reason: str) -> None:
         low = reason.lower()
         stale_token = "auth" in low or "token" in low
-        if "permission denied" in low and self._client._auth is not None:
+        if "permission denied" in low and self._wire.auth is not None:
             # etcd reports an expired stream token as "permission denied" too: refresh the
             # token once; only a denial with a fresh token is final.
             stale_token = not watch._auth_retried
@@ -604,9 +602,9 @@ class WatchHub:
         asyncio.get_running_loop().call_later(delay, self.recreate, watch)
 
     async def _refresh_and_restart(self) -> None:
-        if self._client._auth is not None:
+        if self._wire.auth is not None:
             with contextlib.suppress(Exception):
-                await self._client._auth.refresh()
+                await self._wire.refresh_auth()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -615,7 +613,7 @@ class WatchHub:
             self._task = asyncio.get_running_loop().create_task(self._supervise())
 
     def _convert(self, ev: Any) -> WatchEvent:
-        strip = self._client._strip
+        strip = self._wire.strip
         kv = _kv(ev.kv, strip)
         prev = _kv(ev.prev_kv, strip) if ev.HasField("prev_kv") else None
         etype = EventType.DELETE if ev.type == pb.Event.DELETE else EventType.PUT

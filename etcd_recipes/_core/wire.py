@@ -1,0 +1,48 @@
+"""What the client's long-lived streams need from it, in one small object.
+
+The watch hub and the lease keeper own a gRPC stream each; they used to reach into the
+client's internals (channel, runner, auth, spec, namespace). :class:`Wire` is that contract:
+the client builds it once, when it opens, and hands it to both. Not public.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import EtcdRecipeError
+from ..metrics import EtcdMetrics
+from .rpc import AuthManager, map_grpc_error
+
+__all__ = ["Wire"]
+
+
+@dataclass(frozen=True, eq=False)
+class Wire:
+    """The channel getter, call metadata, auth, endpoints, namespace and metrics of a client."""
+
+    channel: Callable[[], Any]
+    """The open channel; raises the client's misuse errors (closed, wrong loop, forked)."""
+    metadata: Callable[[], tuple[tuple[str, str], ...] | None]
+    """The metadata (auth token) to attach to a new call or stream."""
+    auth: AuthManager | None
+    endpoints: str
+    namespace: bytes
+    metrics: EtcdMetrics
+
+    def strip(self, key: bytes) -> bytes:
+        """``key`` without the namespace (the same object when there is none to strip)."""
+        ns = self.namespace
+        if ns and key.startswith(ns):
+            return key[len(ns) :]
+        return key
+
+    def error(self, exc: BaseException, *, op: str) -> EtcdRecipeError:
+        """The library error for a gRPC failure of ``op``."""
+        return map_grpc_error(exc, op=op, endpoints=self.endpoints)
+
+    async def refresh_auth(self) -> None:
+        """Re-authenticate (a stream's token went stale); no-op without auth."""
+        if self.auth is not None:
+            await self.auth.refresh()
