@@ -23,9 +23,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import os
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -34,8 +33,12 @@ import anyio
 import grpc
 from aetcd import rpc as pb
 
+from ._core import services
+from ._core.convert import Convert, writes
+from ._core.convert import members as members_result
+from ._core.convert import status as status_result
 from ._core.endpoints import ChannelSpec, build_channel
-from ._core.keys import key_bytes, prefix_range_end
+from ._core.keys import key_bytes
 from ._core.lease import (
     AcquisitionLease,
     EstablishHook,
@@ -43,22 +46,18 @@ from ._core.lease import (
     SelfHealingLease,
 )
 from ._core.rpc import AuthManager, RpcRunner, await_call, await_stream_op, map_grpc_error
-from ._core.txn import AnyOp, Cmp, Compare, DeleteOp, GetOp, Op, PutOp, TxnOp
-from ._core.validate import check_lease_id, check_timeout, check_ttl
-from ._core.waiting import abort_guard
+from ._core.txn import AnyOp, Compare
+from ._core.validate import check_ttl
 from ._core.watch import ResyncHook, Watch, WatchHub
 from ._core.wire import Wire
-from ._proto import v3election, v3lock
 from .codecs import Codec, to_bytes
 from .errors import (
     ClientClosedError,
     EtcdConnectionError,
     EtcdRecipeError,
-    EtcdServerError,
     EtcdTimeoutError,
     ForkedProcessError,
     InvalidArgumentError,
-    LockTimeoutError,
     TlsHandshakeError,
     WrongEventLoopError,
 )
@@ -124,6 +123,18 @@ class EtcdClient:
         self._watches: WatchHub | None = None
         self._lease_keeper: LeaseKeeper | None = None
         self._stubs: dict[Any, Any] = {}  # one stub per service for the channel's lifetime
+        # Conversions are Convert's bound methods, stored here: no extra frame per call.
+        conv = Convert(namespace)
+        self._k = conv.k
+        self._end = conv.end
+        self._strip = conv.strip
+        self._kv = conv.kv
+        self._range_request = conv.range_request
+        self._range_result = conv.range_result
+        self._delete_result = conv.delete_result
+        self._txn_pb = conv.txn_pb
+        self._txn_result = conv.txn_result
+        self._lease_info = conv.lease_info
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -278,37 +289,6 @@ class EtcdClient:
         assert self._watches is not None
         return self._watches
 
-    # ------------------------------------------------------------------ namespacing
-
-    def _k(self, key: bytes | str) -> bytes:
-        return self._namespace + key_bytes(key)
-
-    def _end(self, key: bytes, prefix: bool, range_end: bytes | str | None) -> bytes:
-        """The namespaced ``range_end`` for a prefix/range request (``key`` already namespaced)."""
-        if prefix:
-            if range_end is not None:
-                raise InvalidArgumentError("give either prefix=True or range_end=, not both")
-            return prefix_range_end(key)
-        if range_end is None:
-            return b""
-        end = key_bytes(range_end, allow_empty=True)
-        if end == b"\x00":  # "every key from key on": stay inside the namespace
-            return prefix_range_end(self._namespace) if self._namespace else end
-        return self._namespace + end
-
-    def _strip(self, key: bytes) -> bytes:
-        if self._namespace and key.startswith(self._namespace):
-            return key[len(self._namespace) :]
-        return key
-
-    def _kv(self, pb_kv: Any) -> KeyValue:
-        kv = KeyValue._from_pb(pb_kv)
-        if not self._namespace:
-            return kv
-        return KeyValue(
-            self._strip(kv.key), kv.value, kv.create_revision, kv.mod_revision, kv.version, kv.lease
-        )
-
     # ------------------------------------------------------------------ calls
 
     def _call(
@@ -334,45 +314,6 @@ class EtcdClient:
         )
 
     # ------------------------------------------------------------------ KV
-
-    def _range_request(
-        self,
-        key: bytes | str,
-        *,
-        prefix: bool = False,
-        range_end: bytes | str | None = None,
-        limit: int = 0,
-        revision: int = 0,
-        sort_target: SortTarget = SortTarget.KEY,
-        sort_order: SortOrder = SortOrder.NONE,
-        keys_only: bool = False,
-        count_only: bool = False,
-        serializable: bool = False,
-        max_create_revision: int = 0,
-    ) -> Any:
-        if limit < 0 or revision < 0 or max_create_revision < 0:
-            raise InvalidArgumentError("limit, revision and max_create_revision must be >= 0")
-        k = self._k(key)
-        return pb.RangeRequest(
-            key=k,
-            range_end=self._end(k, prefix, range_end),
-            limit=limit,
-            revision=revision,
-            sort_target=int(sort_target),
-            sort_order=int(sort_order),
-            keys_only=keys_only,
-            count_only=count_only,
-            serializable=serializable,
-            max_create_revision=max_create_revision,
-        )
-
-    def _range_result(self, resp: Any) -> RangeResult:
-        return RangeResult(
-            kvs=[self._kv(kv) for kv in resp.kvs],
-            count=int(resp.count),
-            more=bool(resp.more),
-            revision=int(resp.header.revision),
-        )
 
     async def get(
         self,
@@ -496,79 +437,7 @@ class EtcdClient:
         resp = await self._call("delete", "DeleteRange", pb.KVStub, req, timeout=timeout)
         return self._delete_result(resp)
 
-    def _delete_result(self, resp: Any) -> DeleteResult:
-        return DeleteResult(
-            deleted=int(resp.deleted),
-            revision=int(resp.header.revision),
-            prev_kvs=[self._kv(kv) for kv in resp.prev_kvs],
-        )
-
     # ------------------------------------------------------------------ transactions
-
-    def _compare_pb(self, c: Compare) -> Any:
-        # Builders already validated their keys: only the namespace is added here.
-        k = self._namespace + c.key
-        operand = {_CMP_OPERAND[c.target]: c.operand}
-        end = self._end(k, c.prefix, c.range_end) if c.prefix or c.range_end else b""
-        return pb.Compare(key=k, target=c.target, result=c.result, range_end=end, **operand)
-
-    def _op_pb(self, op: AnyOp) -> Any:
-        if isinstance(op, PutOp):
-            return pb.RequestOp(
-                request_put=pb.PutRequest(
-                    key=self._namespace + op.key, value=op.value, lease=op.lease, prev_kv=op.prev_kv
-                )
-            )
-        if isinstance(op, DeleteOp):
-            k = self._namespace + op.key
-            end = self._end(k, op.prefix, op.range_end) if op.prefix or op.range_end else b""
-            return pb.RequestOp(
-                request_delete_range=pb.DeleteRangeRequest(key=k, range_end=end, prev_kv=op.prev_kv)
-            )
-        if isinstance(op, GetOp):
-            return pb.RequestOp(
-                request_range=self._range_request(
-                    op.key,
-                    prefix=op.prefix,
-                    range_end=op.range_end,
-                    limit=op.limit,
-                    sort_target=op.sort_target,
-                    sort_order=op.sort_order,
-                    keys_only=op.keys_only,
-                    count_only=op.count_only,
-                )
-            )
-        if isinstance(op, TxnOp):
-            return pb.RequestOp(request_txn=self._txn_pb(op.compare, op.success, op.failure))
-        raise InvalidArgumentError(f"not a transaction operation: {op!r} (use Op.put/get/delete)")
-
-    def _txn_pb(
-        self, compare: Sequence[Compare], success: Sequence[AnyOp], failure: Sequence[AnyOp]
-    ) -> Any:
-        for c in compare:
-            if not isinstance(c, Compare):
-                raise InvalidArgumentError(f"not a compare: {c!r} (build one with Cmp)")
-        return pb.TxnRequest(
-            compare=[self._compare_pb(c) for c in compare],
-            success=[self._op_pb(o) for o in success],
-            failure=[self._op_pb(o) for o in failure],
-        )
-
-    def _txn_result(self, resp: Any) -> TxnResult:
-        out: list[Any] = []
-        for r in resp.responses:
-            which = r.WhichOneof("response")
-            if which == "response_range":
-                out.append(self._range_result(r.response_range))
-            elif which == "response_put":
-                p = r.response_put
-                prev = self._kv(p.prev_kv) if p.HasField("prev_kv") else None
-                out.append(PutResult(int(p.header.revision), prev))
-            elif which == "response_delete_range":
-                out.append(self._delete_result(r.response_delete_range))
-            else:
-                out.append(self._txn_result(r.response_txn))
-        return TxnResult(bool(resp.succeeded), int(resp.header.revision), out)
 
     async def txn(
         self,
@@ -591,7 +460,7 @@ class EtcdClient:
         # etcd 3.5.0-3.5.2 panic when a *read-only* transaction is cancelled server-side:
         # those are never cancelled there (see RpcRunner.call). Writes are applied through
         # raft without the request's context, so they keep the normal, cancellable path.
-        detached = not _writes(success) and not _writes(failure)
+        detached = not writes(success) and not writes(failure)
         resp = await self._call(
             "txn", "Txn", pb.KVStub, req, retry=False, timeout=timeout, detached=detached
         )
@@ -605,23 +474,6 @@ class EtcdClient:
         await self._call("compact", "Compact", pb.KVStub, req, timeout=timeout)
 
     # ------------------------------------------------------------------ lock service
-
-    def _service_call(
-        self,
-        op: str,
-        factory: Callable[[Any], Any],
-        request: Any,
-        *,
-        retry: bool = True,
-        timeout: float | None = _UNSET,
-    ) -> Coroutine[Any, Any, Any]:
-        """A unary call of a vendored service (``_proto``) through the funnel; ``factory``
-        makes the multicallable from the channel, once per client."""
-        channel = self._channel_or_raise()
-        fn = self._stubs.get(factory)
-        if fn is None:
-            fn = self._stubs[factory] = factory(channel)
-        return self._runner.call(op, fn, request, retry=retry, timeout=timeout)
 
     async def lock(
         self, name: bytes | str, lease_id: int, *, timeout: float | None = None
@@ -646,27 +498,7 @@ class EtcdClient:
                 finally:
                     await client.unlock(key)
         """
-        check_lease_id(lease_id, what="server_lock()")
-        timeout = check_timeout(timeout)
-        name_bytes = key_bytes(name)
-        key = name_bytes + b"/" + f"{lease_id:x}".encode()
-        request = v3lock.LockRequest(name=self._k(name_bytes), lease=lease_id)
-
-        async def cleanup() -> None:  # the lock may have been granted in the last instant
-            await self.delete(key)
-
-        async with abort_guard(cleanup, what=f"server_lock({name_bytes!r}): removing the waiter"):
-            response: Any = None
-            with anyio.move_on_after(timeout):
-                # No gRPC deadline: the wait is bounded here, and the waiter key removed.
-                response = await self._service_call(
-                    "lock", v3lock.LOCK, request, retry=False, timeout=None
-                )
-            if response is None:
-                raise LockTimeoutError(
-                    f"server_lock({name_bytes!r}): not acquired within {timeout}s"
-                )
-        return self._strip(bytes(response.key))
+        return await services.lock(self, name, lease_id, timeout)
 
     async def unlock(self, key: bytes | str) -> None:
         """Release a lock taken with :meth:`lock` (the v3lock ``Unlock`` RPC: it deletes
@@ -680,18 +512,9 @@ class EtcdClient:
                 await client.unlock(key)  # already released: nothing happens
                 assert (await client.get(key)) is None
         """
-        request = v3lock.UnlockRequest(key=self._k(key_bytes(key)))
-        await self._service_call("unlock", v3lock.UNLOCK, request)
+        await services.unlock(self, key)
 
     # ------------------------------------------------------------------ election service
-
-    def _leader_key_pb(self, leader: ElectionLeaderKey) -> Any:
-        return v3election.MESSAGES["LeaderKey"](
-            name=self._k(leader.name),
-            key=self._k(leader.key),
-            rev=leader.revision,
-            lease=leader.lease,
-        )
 
     async def election_campaign(
         self,
@@ -719,39 +542,7 @@ class EtcdClient:
                 assert leader.key == f"{prefix}/jobs/{lease.id:x}".encode()
                 await client.election_resign(leader)
         """
-        check_lease_id(lease, what="election_campaign()")
-        timeout = check_timeout(timeout)
-        raw_name = key_bytes(name)
-        own_key = raw_name + b"/" + f"{lease:x}".encode()
-        request = v3election.MESSAGES["CampaignRequest"](
-            name=self._k(raw_name), lease=lease, value=to_bytes(value)
-        )
-
-        async def withdraw() -> None:
-            await self.txn([Cmp.lease(own_key) == lease], [Op.delete(own_key)])
-
-        async with abort_guard(withdraw, what=f"election_campaign({raw_name!r}): withdraw"):
-            try:
-                resp = await self._service_call(
-                    "election_campaign",
-                    v3election.CAMPAIGN,
-                    request,
-                    retry=False,
-                    timeout=None if timeout == math.inf else timeout,
-                )
-            except EtcdServerError as exc:
-                if "deadline exceeded" in exc.details.lower():
-                    raise EtcdTimeoutError(
-                        f"election_campaign({raw_name!r}): not elected within {timeout}s"
-                    ) from exc
-                raise
-        leader = resp.leader
-        return ElectionLeaderKey(
-            self._strip(bytes(leader.name)),
-            self._strip(bytes(leader.key)),
-            int(leader.rev),
-            int(leader.lease),
-        )
+        return await services.campaign(self, name, value, lease, timeout)
 
     async def election_proclaim(self, leader: ElectionLeaderKey, value: bytes | str) -> None:
         """Publish a new ``value`` for a leadership won with :meth:`election_campaign`.
@@ -766,10 +557,7 @@ class EtcdClient:
                 assert (await client.election_leader(prefix)).text == "node-1 (draining)"
                 await client.election_resign(leader)
         """
-        request = v3election.MESSAGES["ProclaimRequest"](
-            leader=self._leader_key_pb(leader), value=to_bytes(value)
-        )
-        await self._service_call("election_proclaim", v3election.PROCLAIM, request)
+        await services.proclaim(self, leader, value)
 
     async def election_leader(self, name: bytes | str) -> KeyValue | None:
         """The current leader's key and proclaimed value for ``name``, or ``None`` without one.
@@ -783,14 +571,7 @@ class EtcdClient:
                 assert kv is not None and kv.key == leader.key and kv.text == "node-1"
                 await client.election_resign(leader)
         """
-        request = v3election.MESSAGES["LeaderRequest"](name=self._k(key_bytes(name)))
-        try:
-            resp = await self._service_call("election_leader", v3election.LEADER, request)
-        except EtcdServerError as exc:
-            if "election: no leader" in exc.details:
-                return None
-            raise
-        return self._kv(resp.kv)
+        return await services.leader(self, name)
 
     async def election_observe(self, name: bytes | str) -> AsyncIterator[KeyValue]:
         """The leader of ``name`` (when there is one) and every later proclamation or new
@@ -815,23 +596,8 @@ class EtcdClient:
                             break
                 await client.election_resign(leader)
         """
-        request = v3election.MESSAGES["LeaderRequest"](name=self._k(key_bytes(name)))
-        call = v3election.OBSERVE(self._channel_or_raise())(
-            request, metadata=self._runner.metadata()
-        )
-        try:
-            while True:
-                try:
-                    msg = await await_stream_op(call.read(), call)
-                except grpc.aio.AioRpcError as exc:
-                    raise map_grpc_error(
-                        exc, op="election_observe", endpoints=self.endpoints
-                    ) from None
-                if msg is grpc.aio.EOF:
-                    return
-                yield self._kv(msg.kv)
-        finally:
-            call.cancel()
+        async for kv in services.observe(self, name):
+            yield kv
 
     async def election_resign(self, leader: ElectionLeaderKey) -> None:
         """Give up a leadership won with :meth:`election_campaign` (deletes its key; the next
@@ -845,8 +611,7 @@ class EtcdClient:
                 await client.election_resign(leader)  # over already: nothing happens
                 assert await client.election_leader(prefix) is None
         """
-        request = v3election.MESSAGES["ResignRequest"](leader=self._leader_key_pb(leader))
-        await self._service_call("election_resign", v3election.RESIGN, request)
+        await services.resign(self, leader)
 
     # ------------------------------------------------------------------ typed helpers
 
@@ -880,32 +645,14 @@ class EtcdClient:
         resp = await self._call(
             "status", "Status", pb.MaintenanceStub, pb.StatusRequest(), timeout=timeout
         )
-        return Status(
-            version=str(resp.version),
-            db_size=int(resp.dbSize),
-            leader=int(resp.leader),
-            member_id=int(resp.header.member_id),
-            raft_index=int(resp.raftIndex),
-            raft_term=int(resp.raftTerm),
-            revision=int(resp.header.revision),
-            errors=[str(e) for e in resp.errors],
-        )
+        return status_result(resp)
 
     async def member_list(self, *, timeout: float | None = _UNSET) -> list[Member]:
         """The members of the cluster."""
         resp = await self._call(
             "member_list", "MemberList", pb.ClusterStub, pb.MemberListRequest(), timeout=timeout
         )
-        return [
-            Member(
-                id=int(m.ID),
-                name=str(m.name),
-                peer_urls=list(m.peerURLs),
-                client_urls=list(m.clientURLs),
-                is_learner=bool(m.isLearner),
-            )
-            for m in resp.members
-        ]
+        return members_result(resp)
 
     async def ping(self) -> bool:
         """True if a count-only read of ``health-check-probe`` succeeds (never raises)."""
@@ -950,12 +697,7 @@ class EtcdClient:
         resp = await self._call(
             "lease_time_to_live", "LeaseTimeToLive", pb.LeaseStub, req, timeout=timeout
         )
-        return LeaseInfo(
-            id=int(resp.ID),
-            ttl=int(resp.TTL),
-            granted_ttl=int(resp.grantedTTL),
-            keys=[self._strip(bytes(k)) for k in resp.keys],
-        )
+        return self._lease_info(resp)
 
     async def lease_keep_alive_once(self, lease_id: int) -> int:
         """Renew a lease once on the shared stream's schedule-free path; returns the new TTL
@@ -1044,16 +786,6 @@ class EtcdClient:
     def request_progress(self) -> None:
         """Ask the server for a progress notification on the watch stream."""
         self._watch_hub.request_progress()
-
-
-def _writes(ops: Sequence[AnyOp]) -> bool:
-    """Whether any operation (nested transactions included) writes."""
-    for op in ops:
-        if isinstance(op, (PutOp, DeleteOp)):
-            return True
-        if isinstance(op, TxnOp) and (_writes(op.success) or _writes(op.failure)):
-            return True
-    return False
 
 
 def connect(

@@ -16,7 +16,7 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-__all__ = ["Layout", "Method", "build"]
+__all__ = ["Layout", "Method", "T", "build"]
 
 T = descriptor_pb2.FieldDescriptorProto
 """Field types and labels (``T.TYPE_BYTES``, ...), for the layouts."""

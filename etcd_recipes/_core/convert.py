@@ -1,0 +1,245 @@
+"""Conversions between the client's typed API and etcd's protobuf messages. Not public.
+
+One :class:`Convert` per client (it knows the key namespace): key prefixing and stripping,
+range request building, ``Cmp``/``Op`` encoding, and protobuf -> typed results. The client
+binds these methods as its own attributes, so the hot path pays no extra call frame.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from aetcd import rpc as pb
+
+from ..errors import InvalidArgumentError
+from ..types import (
+    DeleteResult,
+    KeyValue,
+    LeaseInfo,
+    Member,
+    PutResult,
+    RangeResult,
+    SortOrder,
+    SortTarget,
+    Status,
+    TxnResult,
+)
+from .keys import key_bytes, prefix_range_end
+from .txn import AnyOp, Compare, DeleteOp, GetOp, PutOp, TxnOp
+
+__all__ = ["Convert", "members", "status", "writes"]
+
+_CMP_OPERAND = ("version", "create_revision", "mod_revision", "value", "lease")  # by CmpTarget
+
+
+class Convert:
+    """Namespaced encoding and decoding for one client."""
+
+    def __init__(self, namespace: bytes) -> None:
+        self.namespace = namespace
+
+    # ------------------------------------------------------------------ keys
+
+    def k(self, key: bytes | str) -> bytes:
+        """``key`` as bytes, inside the namespace."""
+        return self.namespace + key_bytes(key)
+
+    def end(self, key: bytes, prefix: bool, range_end: bytes | str | None) -> bytes:
+        """The namespaced ``range_end`` for a prefix/range request (``key`` already namespaced)."""
+        if prefix:
+            if range_end is not None:
+                raise InvalidArgumentError("give either prefix=True or range_end=, not both")
+            return prefix_range_end(key)
+        if range_end is None:
+            return b""
+        end = key_bytes(range_end, allow_empty=True)
+        if end == b"\x00":  # "every key from key on": stay inside the namespace
+            return prefix_range_end(self.namespace) if self.namespace else end
+        return self.namespace + end
+
+    def strip(self, key: bytes) -> bytes:
+        """``key`` without the namespace."""
+        if self.namespace and key.startswith(self.namespace):
+            return key[len(self.namespace) :]
+        return key
+
+    def kv(self, pb_kv: Any) -> KeyValue:
+        """A protobuf ``KeyValue`` as a typed one, its key namespace-stripped."""
+        kv = KeyValue._from_pb(pb_kv)
+        if not self.namespace:
+            return kv
+        return KeyValue(
+            self.strip(kv.key), kv.value, kv.create_revision, kv.mod_revision, kv.version, kv.lease
+        )
+
+    # ------------------------------------------------------------------ KV
+
+    def range_request(
+        self,
+        key: bytes | str,
+        *,
+        prefix: bool = False,
+        range_end: bytes | str | None = None,
+        limit: int = 0,
+        revision: int = 0,
+        sort_target: SortTarget = SortTarget.KEY,
+        sort_order: SortOrder = SortOrder.NONE,
+        keys_only: bool = False,
+        count_only: bool = False,
+        serializable: bool = False,
+        max_create_revision: int = 0,
+    ) -> Any:
+        """A ``RangeRequest`` (validated, namespaced)."""
+        if limit < 0 or revision < 0 or max_create_revision < 0:
+            raise InvalidArgumentError("limit, revision and max_create_revision must be >= 0")
+        k = self.namespace + key_bytes(key)
+        return pb.RangeRequest(
+            key=k,
+            range_end=self.end(k, prefix, range_end),
+            limit=limit,
+            revision=revision,
+            sort_target=int(sort_target),
+            sort_order=int(sort_order),
+            keys_only=keys_only,
+            count_only=count_only,
+            serializable=serializable,
+            max_create_revision=max_create_revision,
+        )
+
+    def range_result(self, resp: Any) -> RangeResult:
+        """A ``RangeResponse`` as a :class:`RangeResult`."""
+        return RangeResult(
+            kvs=[self.kv(kv) for kv in resp.kvs],
+            count=int(resp.count),
+            more=bool(resp.more),
+            revision=int(resp.header.revision),
+        )
+
+    def delete_result(self, resp: Any) -> DeleteResult:
+        """A ``DeleteRangeResponse`` as a :class:`DeleteResult`."""
+        return DeleteResult(
+            deleted=int(resp.deleted),
+            revision=int(resp.header.revision),
+            prev_kvs=[self.kv(kv) for kv in resp.prev_kvs],
+        )
+
+    # ------------------------------------------------------------------ transactions
+
+    def compare_pb(self, c: Compare) -> Any:
+        """A :class:`Compare` as a protobuf ``Compare``."""
+        # Builders already validated their keys: only the namespace is added here.
+        k = self.namespace + c.key
+        operand = {_CMP_OPERAND[c.target]: c.operand}
+        end = self.end(k, c.prefix, c.range_end) if c.prefix or c.range_end else b""
+        return pb.Compare(key=k, target=c.target, result=c.result, range_end=end, **operand)
+
+    def op_pb(self, op: AnyOp) -> Any:
+        """An ``Op.put/get/delete/txn`` as a protobuf ``RequestOp``."""
+        if isinstance(op, PutOp):
+            return pb.RequestOp(
+                request_put=pb.PutRequest(
+                    key=self.namespace + op.key, value=op.value, lease=op.lease, prev_kv=op.prev_kv
+                )
+            )
+        if isinstance(op, DeleteOp):
+            k = self.namespace + op.key
+            end = self.end(k, op.prefix, op.range_end) if op.prefix or op.range_end else b""
+            return pb.RequestOp(
+                request_delete_range=pb.DeleteRangeRequest(key=k, range_end=end, prev_kv=op.prev_kv)
+            )
+        if isinstance(op, GetOp):
+            return pb.RequestOp(
+                request_range=self.range_request(
+                    op.key,
+                    prefix=op.prefix,
+                    range_end=op.range_end,
+                    limit=op.limit,
+                    sort_target=op.sort_target,
+                    sort_order=op.sort_order,
+                    keys_only=op.keys_only,
+                    count_only=op.count_only,
+                )
+            )
+        if isinstance(op, TxnOp):
+            return pb.RequestOp(request_txn=self.txn_pb(op.compare, op.success, op.failure))
+        raise InvalidArgumentError(f"not a transaction operation: {op!r} (use Op.put/get/delete)")
+
+    def txn_pb(
+        self, compare: Sequence[Compare], success: Sequence[AnyOp], failure: Sequence[AnyOp]
+    ) -> Any:
+        """A protobuf ``TxnRequest``."""
+        for c in compare:
+            if not isinstance(c, Compare):
+                raise InvalidArgumentError(f"not a compare: {c!r} (build one with Cmp)")
+        return pb.TxnRequest(
+            compare=[self.compare_pb(c) for c in compare],
+            success=[self.op_pb(o) for o in success],
+            failure=[self.op_pb(o) for o in failure],
+        )
+
+    def txn_result(self, resp: Any) -> TxnResult:
+        """A ``TxnResponse`` as a :class:`TxnResult` (nested transactions included)."""
+        out: list[Any] = []
+        for r in resp.responses:
+            which = r.WhichOneof("response")
+            if which == "response_range":
+                out.append(self.range_result(r.response_range))
+            elif which == "response_put":
+                p = r.response_put
+                prev = self.kv(p.prev_kv) if p.HasField("prev_kv") else None
+                out.append(PutResult(int(p.header.revision), prev))
+            elif which == "response_delete_range":
+                out.append(self.delete_result(r.response_delete_range))
+            else:
+                out.append(self.txn_result(r.response_txn))
+        return TxnResult(bool(resp.succeeded), int(resp.header.revision), out)
+
+    # ------------------------------------------------------------------ leases
+
+    def lease_info(self, resp: Any) -> LeaseInfo:
+        """A ``LeaseTimeToLiveResponse`` as a :class:`LeaseInfo`."""
+        return LeaseInfo(
+            id=int(resp.ID),
+            ttl=int(resp.TTL),
+            granted_ttl=int(resp.grantedTTL),
+            keys=[self.strip(bytes(k)) for k in resp.keys],
+        )
+
+
+def writes(ops: Sequence[AnyOp]) -> bool:
+    """Whether any operation (nested transactions included) writes."""
+    for op in ops:
+        if isinstance(op, (PutOp, DeleteOp)):
+            return True
+        if isinstance(op, TxnOp) and (writes(op.success) or writes(op.failure)):
+            return True
+    return False
+
+
+def status(resp: Any) -> Status:
+    """A ``StatusResponse`` as a :class:`Status`."""
+    return Status(
+        version=str(resp.version),
+        db_size=int(resp.dbSize),
+        leader=int(resp.leader),
+        member_id=int(resp.header.member_id),
+        raft_index=int(resp.raftIndex),
+        raft_term=int(resp.raftTerm),
+        revision=int(resp.header.revision),
+        errors=[str(e) for e in resp.errors],
+    )
+
+
+def members(resp: Any) -> list[Member]:
+    """A ``MemberListResponse`` as :class:`Member` records."""
+    return [
+        Member(
+            id=int(m.ID),
+            name=str(m.name),
+            peer_urls=list(m.peerURLs),
+            client_urls=list(m.clientURLs),
+            is_learner=bool(m.isLearner),
+        )
+        for m in resp.members
+    ]
