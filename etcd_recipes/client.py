@@ -30,7 +30,6 @@ from types import TracebackType
 from typing import Any
 
 import anyio
-import grpc
 from aetcd import rpc as pb
 
 from ._core import services
@@ -39,28 +38,15 @@ from ._core.convert import members as members_result
 from ._core.convert import status as status_result
 from ._core.endpoints import ChannelSpec, build_channel
 from ._core.keys import key_bytes
-from ._core.lease import (
-    AcquisitionLease,
-    EstablishHook,
-    LeaseKeeper,
-    SelfHealingLease,
-)
-from ._core.rpc import AuthManager, RpcRunner, await_call, await_stream_op, map_grpc_error
+from ._core.lease import AcquisitionLease, EstablishHook, LeaseKeeper, SelfHealingLease
+from ._core.lifecycle import keep_alive_once, misuse_error, verify
+from ._core.rpc import AuthManager, RpcRunner
 from ._core.txn import AnyOp, Compare
 from ._core.validate import check_ttl
 from ._core.watch import ResyncHook, Watch, WatchHub
 from ._core.wire import Wire
 from .codecs import Codec, to_bytes
-from .errors import (
-    ClientClosedError,
-    EtcdConnectionError,
-    EtcdRecipeError,
-    EtcdTimeoutError,
-    ForkedProcessError,
-    InvalidArgumentError,
-    TlsHandshakeError,
-    WrongEventLoopError,
-)
+from .errors import ClientClosedError, EtcdRecipeError, InvalidArgumentError
 from .resilience import LeaseResilience, ResilienceConfig, RpcResilience, WatchResilience
 from .types import (
     DeleteResult,
@@ -80,9 +66,9 @@ from .types import (
 __all__ = ["EtcdClient", "connect"]
 
 log = logging.getLogger("etcd_recipes.client")
+_loop = asyncio._get_running_loop  # None outside a loop (get_running_loop raises)
 
 _UNSET: Any = ...
-_CMP_OPERAND = ("version", "create_revision", "mod_revision", "value", "lease")  # by CmpTarget
 
 
 class EtcdClient:
@@ -182,44 +168,15 @@ class EtcdClient:
             namespace=self._namespace,
             metrics=self._resilience.metrics,
         )
+        self._wire = wire
         self._watches = WatchHub(wire)
         self._lease_keeper = LeaseKeeper(wire)
         try:
-            await self._verify()
+            await verify(wire, self._connect_timeout)
         except BaseException:
             await self.aclose()
             raise
         return self
-
-    async def _verify(self) -> None:
-        # Deadlines are gRPC's own: grpc.aio turns an outer cancel scope's cancellation into
-        # a fresh CancelledError that anyio would not recognise as its timeout.
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._connect_timeout
-        last: EtcdRecipeError | None = None
-        while True:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise EtcdConnectionError(
-                    f"no etcd endpoint answered within {self._connect_timeout}s: "
-                    f"[{self.endpoints}]" + (f"; last error: {last}" if last else "")
-                ) from last
-            try:
-                if self._auth is not None:
-                    await self._auth.refresh(timeout=remaining)
-                await await_call(
-                    pb.MaintenanceStub(self._channel).Status(
-                        pb.StatusRequest(), timeout=remaining, metadata=self._runner.metadata()
-                    )
-                )
-                return
-            except grpc.aio.AioRpcError as exc:
-                mapped = map_grpc_error(exc, op="connect", endpoints=self.endpoints)
-                retriable = isinstance(mapped, (EtcdConnectionError, EtcdTimeoutError))
-                if not retriable or isinstance(mapped, TlsHandshakeError):
-                    raise mapped from None
-                last = mapped
-                await asyncio.sleep(min(0.05, max(0.0, deadline - loop.time())))
 
     async def aclose(self) -> None:
         """Stop watches and keep-alives and close the channel; idempotent.
@@ -250,28 +207,8 @@ class EtcdClient:
         await self.aclose()
 
     def _check(self) -> None:
-        if self._state != "open":
-            raise ClientClosedError(
-                "the client is not open: use 'async with connect(...)' or 'await client.open()'"
-                if self._state == "new"
-                else "the client was closed"
-            )
-        if os.getpid() != self._pid:
-            raise ForkedProcessError(
-                "this client was created in another process (before fork()); gRPC channels "
-                "cannot cross fork: create a new client in the child"
-            )
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            raise WrongEventLoopError(
-                "EtcdClient methods must be awaited in its event loop"
-            ) from None
-        if loop is not self._loop:
-            raise WrongEventLoopError(
-                "this client belongs to another event loop; create one client per loop "
-                "(or use etcd_recipes.sync from threads)"
-            )
+        if self._state != "open" or os.getpid() != self._pid or _loop() is not self._loop:
+            raise misuse_error(self._state, self._pid, self._loop)
 
     def _channel_or_raise(self) -> Any:
         self._check()
@@ -702,20 +639,8 @@ class EtcdClient:
     async def lease_keep_alive_once(self, lease_id: int) -> int:
         """Renew a lease once on the shared stream's schedule-free path; returns the new TTL
         (``0`` when the lease no longer exists)."""
-        stub = pb.LeaseStub(self._channel_or_raise())
-        call = stub.LeaseKeepAlive(metadata=self._runner.metadata())
-
-        async def exchange() -> Any:
-            await call.write(pb.LeaseKeepAliveRequest(ID=lease_id))
-            return await call.read()
-
-        try:
-            msg = await await_stream_op(exchange(), call)
-        except grpc.aio.AioRpcError as exc:
-            raise map_grpc_error(exc, op="lease_keep_alive", endpoints=self.endpoints) from None
-        finally:
-            call.cancel()
-        return 0 if msg is grpc.aio.EOF else int(msg.TTL)
+        self._check()
+        return await keep_alive_once(self._wire, lease_id)
 
     def lease(self, ttl: float) -> AcquisitionLease:
         """A lease kept alive in the background, revoked on exit, **never re-granted**.
