@@ -50,6 +50,7 @@ from ..events import (
 from ..resilience import RetryPolicy, WatchResilience
 from ..types import EventType, KeyValue, WatchEvent
 from .listeners import ListenerSet
+from .mailbox import Mailbox, Signal
 from .rpc import is_auth_token_error
 from .wire import Wire
 
@@ -61,59 +62,6 @@ WatchItem = Union[WatchEvent, WatchRecoveryEvent]
 ResyncHook = Callable[[], Awaitable[int]]
 
 _HUB_BACKOFF = RetryPolicy.exponential_backoff(initial_delay=0.05, max_delay=1.0, jitter=0.2)
-
-
-class _Signal:
-    """A one-shot asyncio event without the per-instance deque of ``asyncio.Event``."""
-
-    __slots__ = ("_set", "_waiter")
-
-    def __init__(self) -> None:
-        self._set = False
-        self._waiter: asyncio.Future[None] | None = None
-
-    def set(self) -> None:
-        self._set = True
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
-    async def wait(self) -> None:
-        if self._set:
-            return
-        if self._waiter is None:
-            self._waiter = asyncio.get_running_loop().create_future()
-        await asyncio.shield(self._waiter)
-
-
-class _Mailbox:
-    """An unbounded single-consumer queue: a deque plus at most one parked getter.
-
-    Much lighter than ``asyncio.Queue`` (which keeps three deques per instance); a parked
-    watch costs a few hundred bytes here instead of over a kilobyte.
-    """
-
-    __slots__ = ("_getter", "_items")
-
-    def __init__(self) -> None:
-        self._items: deque[_QueueItem] = deque()
-        self._getter: asyncio.Future[None] | None = None
-
-    def put_nowait(self, item: _QueueItem) -> None:
-        self._items.append(item)
-        if self._getter is not None and not self._getter.done():
-            self._getter.set_result(None)
-
-    def empty(self) -> bool:
-        return not self._items
-
-    async def get(self) -> _QueueItem:
-        while not self._items:
-            self._getter = asyncio.get_running_loop().create_future()
-            try:
-                await self._getter
-            finally:
-                self._getter = None
-        return self._items.popleft()
 
 
 class _Compacted:
@@ -164,10 +112,10 @@ class Watch:
         self._resync = resync
         self._resilience = resilience
         self._id = 0
-        self._queue = _Mailbox()
+        self._queue: Mailbox[_QueueItem] = Mailbox()
         self._buffer: deque[WatchItem] = deque()
         self._created = False
-        self._settled = _Signal()  # set once created, or closed/failed before that
+        self._settled = Signal()  # set once created, or closed/failed before that
         self._server_active = False
         self._suspended = False
         self._attempt = 0
