@@ -7,10 +7,12 @@ funnel for unary calls. Watches share one multiplexed stream, leases one keep-al
 
 Example::
 
-    async with connect("127.0.0.1:2379") as client:
-        await client.put("/greeting", "hello")
-        kv = await client.get("/greeting")
-        print(kv.text)
+    from etcd_recipes import connect
+
+    async with connect(endpoints) as client:
+        await client.put(prefix + "/greeting", "hello")
+        kv = await client.get(prefix + "/greeting")
+        assert kv is not None and kv.text == "hello"
 
 A client belongs to the event loop that opened it and to the process that created it: using it
 from another loop, or in a child after ``fork()``, raises
@@ -80,10 +82,15 @@ class EtcdClient:
 
     Example::
 
-        async with connect(["10.0.0.1:2379", "10.0.0.2:2379"], namespace="/app") as client:
-            rev = (await client.put("/k", b"v")).revision
-            async with client.watch("/k", start_revision=rev + 1) as watch:
-                ...
+        from etcd_recipes import connect
+
+        async with connect(endpoints, namespace=prefix) as app:
+            rev = (await app.put("/k", b"v")).revision
+            async with app.watch("/k", start_revision=rev) as watch:
+                async for event in watch:
+                    assert event.kv.key == b"/k" and event.kv.value == b"v"
+                    break
+        assert (await client.get(prefix + "/k")).value == b"v"  # the namespace is a prefix
     """
 
     def __init__(
@@ -264,7 +271,9 @@ class EtcdClient:
 
         Example::
 
-            kv = await client.get("/config/mode")
+            assert await client.get(prefix + "/config/mode") is None
+            await client.put(prefix + "/config/mode", "on")
+            assert (await client.get(prefix + "/config/mode")).text == "on"
         """
         req = self._range_request(key, revision=revision, serializable=serializable)
         resp = await self._call("get", "Range", pb.KVStub, req, timeout=timeout)
@@ -345,7 +354,8 @@ class EtcdClient:
 
         Example::
 
-            rev = (await client.put("/k", "v")).revision
+            rev = (await client.put(prefix + "/k", "v")).revision
+            assert (await client.get(prefix + "/k")).mod_revision == rev
         """
         req = pb.PutRequest(key=self._k(key), value=to_bytes(value), lease=lease, prev_kv=prev_kv)
         resp = await self._call("put", "Put", pb.KVStub, req, timeout=timeout)
@@ -365,7 +375,9 @@ class EtcdClient:
 
         Example::
 
-            n = (await client.delete("/jobs/", prefix=True)).deleted
+            await client.put(prefix + "/jobs/1", b"a")
+            await client.put(prefix + "/jobs/2", b"b")
+            assert (await client.delete(prefix + "/jobs/", prefix=True)).deleted == 2
         """
         k = self._k(key)
         req = pb.DeleteRangeRequest(
@@ -390,8 +402,13 @@ class EtcdClient:
 
         Example::
 
-            r = await client.txn([Cmp.missing("/leader")], [Op.put("/leader", b"me")])
-            print("won" if r.succeeded else "lost")
+            from etcd_recipes import Cmp, Op
+
+            key = prefix + "/leader"
+            r = await client.txn([Cmp.missing(key)], [Op.put(key, b"me")])
+            assert r.succeeded
+            r = await client.txn([Cmp.missing(key)], [Op.put(key, b"you")], [Op.get(key)])
+            assert not r.succeeded and r.responses[0].kvs[0].value == b"me"
         """
         req = self._txn_pb(compare, success, failure)
         # etcd 3.5.0-3.5.2 panic when a *read-only* transaction is cancelled server-side:
@@ -559,7 +576,11 @@ class EtcdClient:
 
         Example::
 
-            n = await client.get_value("/counters/x", INT64, default=0)
+            from etcd_recipes import INT64
+
+            assert await client.get_value(prefix + "/counters/x", INT64, default=0) == 0
+            await client.put_value(prefix + "/counters/x", 41, INT64)
+            assert await client.get_value(prefix + "/counters/x", INT64) == 41
         """
         kv = await self.get(key)
         return default if kv is None else codec.decode(kv.value)
@@ -571,7 +592,10 @@ class EtcdClient:
 
         Example::
 
-            await client.put_value("/config", {"mode": "on"}, JSON)
+            from etcd_recipes import JSON
+
+            await client.put_value(prefix + "/config", {"mode": "on"}, JSON)
+            assert await client.get_value(prefix + "/config", JSON) == {"mode": "on"}
         """
         return await self.put(key, codec.encode(value), lease=lease)
 
@@ -648,8 +672,9 @@ class EtcdClient:
         Example::
 
             async with client.lease(5) as lease:
-                await client.put("/presence/me", b"1", lease=lease.id)
-                await lease.wait_lost()  # returns only if the lease is lost
+                await client.put(prefix + "/presence/me", b"1", lease=lease.id)
+                assert (await client.lease_time_to_live(lease.id)).ttl > 0
+            assert await client.get(prefix + "/presence/me") is None  # revoked on exit
         """
         return AcquisitionLease(self, ttl)
 
@@ -687,9 +712,11 @@ class EtcdClient:
 
         Example::
 
-            async with client.watch("/jobs/", prefix=True) as watch:
-                async for item in watch:
-                    print(item)
+            rev = (await client.put(prefix + "/jobs/1", b"a")).revision
+            async with client.watch(prefix + "/jobs/", prefix=True, start_revision=rev) as watch:
+                async for event in watch:
+                    assert event.kv.value == b"a"
+                    break
         """
         if start_revision < 0:
             raise InvalidArgumentError("start_revision must be >= 0")
@@ -744,9 +771,10 @@ def connect(
 
     Example::
 
-        async with connect("https://etcd.example:2379", ca_cert="ca.pem",
-                           user="app", password=secret) as client:
-            ...
+        from etcd_recipes import connect
+
+        async with connect(endpoints, namespace=prefix, connect_timeout=5) as app:
+            await app.put("/k", b"v")  # stored at prefix + "/k"
     """
     if (user is None) != (password is None):
         raise InvalidArgumentError("give both user= and password=, or neither")

@@ -65,10 +65,13 @@ class EtcdRecipeError(Exception):
 
     Example::
 
+        from etcd_recipes import EtcdRecipeError, connect
+
         try:
-            await client.get("/k")
+            async with connect("127.0.0.1:1", connect_timeout=0.5) as nowhere:
+                await nowhere.get("/k")
         except EtcdRecipeError as exc:
-            log.warning("etcd call failed: %s", exc)
+            print("etcd call failed:", exc)
     """
 
 
@@ -97,11 +100,15 @@ class LockTimeoutError(EtcdTimeoutError):
 
     Example::
 
-        try:
-            async with mutex.with_lock(timeout=5):
-                ...
-        except LockTimeoutError:
-            print("busy; try later")
+        from etcd_recipes import LockTimeoutError
+
+        async with client.lease(10) as mine, client.lease(10) as theirs:
+            key = await client.lock(prefix, mine.id)
+            try:
+                await client.lock(prefix, theirs.id, timeout=0.5)
+            except LockTimeoutError:
+                print("busy; try later")
+            await client.unlock(key)
     """
 
 
@@ -217,10 +224,17 @@ class SemaphorePermitMismatchError(InvalidArgumentError):
 
     Example::
 
-        try:
-            await DistributedSemaphore(client, "/sem/uploads", permits=5).acquire()
-        except SemaphorePermitMismatchError as exc:
-            print(exc.requested, "!=", exc.canonical)
+        from etcd_recipes import DistributedSemaphore, SemaphorePermitMismatchError
+
+        async with DistributedSemaphore(client, prefix, permits=5) as first:
+            assert await first.acquire()
+            other = DistributedSemaphore(client, prefix, permits=3)
+            try:
+                await other.start()
+            except SemaphorePermitMismatchError as exc:
+                assert (exc.requested, exc.canonical) == (3, 5)
+            await other.aclose()
+            await first.release()
     """
 
     def __init__(self, message: str, *, path: str, requested: int, canonical: int) -> None:
@@ -267,8 +281,13 @@ class LockNotHeldError(UsageError):
 
     Example::
 
-        with pytest.raises(LockNotHeldError):
-            await DistributedMutex(client, "/locks/a").release()
+        from etcd_recipes import DistributedMutex, LockNotHeldError
+
+        async with DistributedMutex(client, prefix) as mutex:
+            try:
+                await mutex.release()
+            except LockNotHeldError:
+                pass  # this task never acquired it
     """
 
 
@@ -279,8 +298,13 @@ class LockUpgradeError(UsageError):
 
     Example::
 
-        async with rw.read_lock:
-            await rw.write_lock.acquire()  # raises LockUpgradeError
+        from etcd_recipes import DistributedReadWriteLock, LockUpgradeError
+
+        async with DistributedReadWriteLock(client, prefix) as rw, rw.read_lock:
+            try:
+                await rw.write_lock.acquire()
+            except LockUpgradeError:
+                pass  # release the read lock first
     """
 
 
@@ -292,10 +316,15 @@ class DuplicateParticipantError(UsageError):
 
     Example::
 
-        try:
-            await LeaderLatch(client, "/elections/x", client_id="node-1").start()
-        except DuplicateParticipantError:
-            ...  # two processes were configured with the same client id
+        from etcd_recipes import DuplicateParticipantError, LeaderLatch
+
+        async with LeaderLatch(client, prefix, client_id="node-1", lease_ttl=1):
+            twin = LeaderLatch(client, prefix, client_id="node-1", lease_ttl=1)
+            try:
+                await twin.start()
+            except DuplicateParticipantError:
+                pass  # two processes were configured with the same client id
+            await twin.aclose()
     """
 
 

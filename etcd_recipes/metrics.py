@@ -7,11 +7,14 @@ event loop thread and must return quickly (no I/O, no blocking).
 
 Example::
 
+    from etcd_recipes import EtcdMetrics, ResilienceConfig, connect
+
     class Printing(EtcdMetrics):
         def record_rpc(self, op, duration, attempts, failed):
             print(f"{op} took {duration * 1000:.1f} ms in {attempts} attempt(s)")
 
-    client = connect("127.0.0.1:2379", resilience=ResilienceConfig(metrics=Printing()))
+    async with connect(endpoints, resilience=ResilienceConfig(metrics=Printing())) as measured:
+        await measured.get(prefix + "/k")  # prints "get took ... ms in 1 attempt(s)"
 """
 
 from __future__ import annotations

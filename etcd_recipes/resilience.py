@@ -6,9 +6,12 @@ to give up. Policies are pure and side-effect free, so one instance can be share
 
 Example::
 
+    from etcd_recipes import ResilienceConfig, RetryPolicy, RpcResilience, connect
+
     policy = RetryPolicy.exponential_backoff(initial_delay=0.1, max_attempts=5)
     config = ResilienceConfig(rpc=RpcResilience(retry_policy=policy, operation_timeout=2.0))
-    client = connect("127.0.0.1:2379", resilience=config)
+    async with connect(endpoints, resilience=config) as patient:
+        await patient.get(prefix + "/k")
 """
 
 from __future__ import annotations
@@ -42,10 +45,10 @@ class RetryPolicy(ABC):
 
     Example::
 
-        >>> RetryPolicy.bounded(2, delay=0.5).next_delay(1, 0.0)
-        0.5
-        >>> RetryPolicy.bounded(2, delay=0.5).next_delay(3, 0.0) is None
-        True
+        from etcd_recipes import RetryPolicy
+
+        assert RetryPolicy.bounded(2, delay=0.5).next_delay(1, 0.0) == 0.5
+        assert RetryPolicy.bounded(2, delay=0.5).next_delay(3, 0.0) is None  # gives up
     """
 
     @abstractmethod
@@ -243,7 +246,10 @@ class ResilienceConfig:
 
     Example::
 
-        config = ResilienceConfig().with_metrics(my_metrics)
+        from etcd_recipes import EtcdMetrics, ResilienceConfig
+
+        config = ResilienceConfig().with_metrics(EtcdMetrics())
+        assert config.rpc.operation_timeout > 0
     """
 
     rpc: RpcResilience = field(default_factory=RpcResilience)

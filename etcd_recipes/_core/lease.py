@@ -263,8 +263,9 @@ class AcquisitionLease(_LeaseBase):
     Example::
 
         async with client.lease(ttl=5) as lease:
-            await client.put("/locks/job", b"me", lease=lease.id)
-            ...  # lease.lost is an anyio/asyncio-friendly signal: await lease.wait_lost()
+            await client.put(prefix + "/locks/job", b"me", lease=lease.id)
+            assert not lease.is_lost  # await lease.wait_lost() returns once it is lost
+        assert await client.get(prefix + "/locks/job") is None  # revoked on exit
     """
 
     def __init__(self, client: EtcdClient, ttl: float) -> None:
@@ -345,13 +346,17 @@ class SelfHealingLease(_LeaseBase):
 
     Example::
 
+        from etcd_recipes import Cmp, Op
+
+        key = prefix + "/presence/me"
+
         async def establish(lease_id: int) -> bool:
             r = await client.txn([Cmp.missing(key)], [Op.put(key, b"me", lease=lease_id)])
             return r.succeeded
 
         lease = client.self_healing_lease(2, establish)
-        if await lease.start():
-            ...
+        assert await lease.start()
+        assert (await client.get(key)).lease == lease.current_lease_id
         await lease.aclose()
     """
 

@@ -37,7 +37,13 @@ class RecipeContextFilter(logging.Filter):
 
     Example::
 
-        logging.getLogger().handlers[0].addFilter(RecipeContextFilter())
+        import logging
+
+        from etcd_recipes import RecipeContextFilter
+
+        handler = logging.StreamHandler()
+        handler.addFilter(RecipeContextFilter())
+        handler.setFormatter(logging.Formatter("%(etcd_recipe)s %(message)s"))
     """
 
     def filter(self, record: logging.LogRecord) -> bool:

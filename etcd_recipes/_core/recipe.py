@@ -59,9 +59,12 @@ class Recipe:
 
     Example::
 
-        async with DistributedBarrier(client, "/barriers/deploy") as barrier:
+        from etcd_recipes import DistributedBarrier
+
+        async with DistributedBarrier(client, prefix + "/deploy") as barrier:
             await barrier.set_barrier()
-            print(barrier.connection_state, barrier.is_healthy())
+            assert barrier.is_healthy()
+            print(barrier.connection_state)
     """
 
     one_shot: ClassVar[bool] = True

@@ -93,9 +93,11 @@ class Cmp:
 
     Example::
 
-        Cmp.mod_revision("/k") == 42      # unchanged since revision 42
-        Cmp.value("/k") == b"on"
-        Cmp.exists("/k"), Cmp.missing("/k")
+        from etcd_recipes import Cmp
+
+        unchanged = Cmp.mod_revision("/k") == 42  # unchanged since revision 42
+        is_on = Cmp.value("/k") == b"on"
+        present, absent = Cmp.exists("/k"), Cmp.missing("/k")
     """
 
     @staticmethod
@@ -185,9 +187,11 @@ class Op:
 
     Example::
 
-        Op.put("/k", b"v", lease=lease_id)
-        Op.delete("/queue/", prefix=True)
-        Op.get("/k")
+        from etcd_recipes import Op
+
+        put = Op.put("/k", b"v", lease=0x1234)
+        clear = Op.delete("/queue/", prefix=True)
+        read = Op.get("/k")
     """
 
     @staticmethod

@@ -99,9 +99,21 @@ async def abort_guard(
 
     Example::
 
-        async with abort_guard(delete_my_waiter_key):
-            await create_my_waiter_key()
-            await wait_for_my_turn()
+        import asyncio
+
+        from etcd_recipes._core.waiting import abort_guard
+
+        key = prefix + "/waiter"
+
+        async def remove_waiter() -> None:
+            await client.delete(key)
+
+        try:
+            async with abort_guard(remove_waiter):
+                await client.put(key, b"me")
+                await asyncio.wait_for(asyncio.Event().wait(), 0.1)  # gives up waiting
+        except asyncio.TimeoutError:
+            assert await client.get(key) is None  # the cleanup ran
     """
     try:
         yield
