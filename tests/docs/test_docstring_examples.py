@@ -124,7 +124,7 @@ def _run_in_thread(target: Any) -> None:
     def main() -> None:
         try:
             target()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
+        except BaseException as exc:  # re-raised in the test's thread
             errors.append(exc)
 
     thread = threading.Thread(target=main, name="doc-example", daemon=True)
