@@ -43,7 +43,7 @@ def test_no_star_imports_in_the_export_list() -> None:
 
 def test_sync_exports_equal_async_exports() -> None:
     assert set(etcd_recipes.sync.__all__) - SYNC_ONLY == set(etcd_recipes.__all__)
-    assert SYNC_ONLY <= set(etcd_recipes.sync.__all__)
+    assert set(etcd_recipes.sync.__all__) >= SYNC_ONLY
     for name in etcd_recipes.sync.__all__:
         assert hasattr(etcd_recipes.sync, name), name
 
@@ -57,9 +57,10 @@ def test_public_objects_report_the_public_module() -> None:
     wrong = {}
     for name in etcd_recipes.__all__:
         value = getattr(etcd_recipes, name)
-        if inspect.isclass(value) or inspect.isfunction(value):
-            if value.__module__ != "etcd_recipes":
-                wrong[name] = value.__module__
+        if (inspect.isclass(value) or inspect.isfunction(value)) and (
+            value.__module__ != "etcd_recipes"
+        ):
+            wrong[name] = value.__module__
     assert wrong == {}
 
 
