@@ -61,7 +61,6 @@ from .election.latch import LeaderLatch
 from .election.observer import LeaderObserver, leadership_events
 from .election.selector import LeaderSelector
 from .election.server import (
-    ElectionLeaderKey,
     election_campaign,
     election_leader,
     election_observe,
@@ -155,6 +154,7 @@ from .resilience import (
 from .semaphore import DistributedSemaphore
 from .types import (
     DeleteResult,
+    ElectionLeaderKey,
     EventType,
     KeyValue,
     LeaseGrant,

@@ -93,7 +93,6 @@ SHARED: list[tuple[str, list[str] | None]] = [
         "etcd_recipes/election/terms.py",
         ["Elected", "LeadershipEvent", "LeadershipTerm", "Participant", "Vacated"],
     ),
-    ("etcd_recipes/election/server.py", ["ElectionLeaderKey"]),
     ("etcd_recipes/queue.py", ["InvalidPriorityError", "MAX_PRIORITY"]),
     ("etcd_recipes/work_queue.py", ["DeadLetter", "WorkQueueConfig"]),
     ("etcd_recipes/errors.py", None),

@@ -1,6 +1,8 @@
 """Pass-throughs to etcd's own election service (``v3election``: ``etcdctl elect``, Go's
 ``concurrency.Election``): :func:`election_campaign`, :func:`election_proclaim`,
-:func:`election_leader`, :func:`election_observe`, :func:`election_resign`.
+:func:`election_leader`, :func:`election_observe`, :func:`election_resign`. Each delegates to
+the :class:`~etcd_recipes.EtcdClient` method of the same name (the typed call for the service);
+the leadership they pass around is :class:`~etcd_recipes.ElectionLeaderKey`.
 
 Guaranteed: what etcd's service guarantees -- one leader key per name at a time (the oldest
 campaign key wins), and a cancelled or timed-out :func:`election_campaign` deletes its key.
@@ -13,64 +15,20 @@ JVM library's: these calls do not interoperate with the recipes.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .._core.keys import key_bytes
-from .._core.txn import Cmp, Op
-from .._core.validate import check_lease_id
-from .._core.waiting import abort_guard
-from .._proto_election import MESSAGES
-from .._proto_election.calls import stream as _election_stream
-from .._proto_election.calls import unary as _election_unary
-from ..codecs import to_bytes
-from ..errors import EtcdServerError, EtcdTimeoutError
-from ..types import KeyValue
+from ..types import ElectionLeaderKey, KeyValue
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
 
 __all__ = [
-    "ElectionLeaderKey",
     "election_campaign",
     "election_leader",
     "election_observe",
     "election_proclaim",
     "election_resign",
 ]
-
-
-@dataclass(frozen=True)
-class ElectionLeaderKey:
-    """The leadership returned by :func:`election_campaign` (etcd's ``LeaderKey``): pass it to
-    :func:`election_proclaim` and :func:`election_resign`.
-
-    ``key`` is ``<name>/<lease id in hex>``; ``revision`` its create revision (a fencing
-    token: guard writes with ``Cmp.create_revision(key) == revision``).
-
-    Example::
-
-        from etcd_recipes import election_campaign, election_resign
-
-        async with client.lease(10) as lease:
-            leader = await election_campaign(client, f"{prefix}/jobs", "node-1", lease=lease.id)
-            print(leader.key, leader.revision)  # b'/doc/.../jobs/<lease hex>' <revision>
-            await election_resign(client, leader)
-    """
-
-    name: bytes
-    key: bytes
-    revision: int
-    lease: int
-
-
-def _leader_key_pb(client: EtcdClient, leader: ElectionLeaderKey) -> Any:
-    return MESSAGES["LeaderKey"](
-        name=client._k(leader.name),
-        key=client._k(leader.key),
-        rev=leader.revision,
-        lease=leader.lease,
-    )
 
 
 async def election_campaign(
@@ -99,34 +57,7 @@ async def election_campaign(
             assert kv is not None and kv.text == "node-1"
             await election_resign(client, leader)
     """
-    check_lease_id(lease, what="election_campaign()")
-    raw_name = key_bytes(name)
-    own_key = raw_name + b"/" + f"{lease:x}".encode()
-    request = MESSAGES["CampaignRequest"](
-        name=client._k(raw_name), lease=lease, value=to_bytes(value)
-    )
-
-    async def withdraw() -> None:
-        await client.txn([Cmp.lease(own_key) == lease], [Op.delete(own_key)])
-
-    async with abort_guard(withdraw, what=f"election_campaign({raw_name!r}): withdraw"):
-        try:
-            resp = await _election_unary(
-                client, "Campaign", request, op="election_campaign", retry=False, timeout=timeout
-            )
-        except EtcdServerError as exc:
-            if "deadline exceeded" in exc.details.lower():
-                raise EtcdTimeoutError(
-                    f"election_campaign({raw_name!r}): not elected within {timeout}s"
-                ) from exc
-            raise
-    leader = resp.leader
-    return ElectionLeaderKey(
-        client._strip(bytes(leader.name)),
-        client._strip(bytes(leader.key)),
-        int(leader.rev),
-        int(leader.lease),
-    )
+    return await client.election_campaign(name, value, lease=lease, timeout=timeout)
 
 
 async def election_proclaim(
@@ -146,10 +77,7 @@ async def election_proclaim(
             kv = await election_leader(client, f"{prefix}/jobs")
             assert kv is not None and kv.text == "node-1 (draining)"
     """
-    request = MESSAGES["ProclaimRequest"](
-        leader=_leader_key_pb(client, leader), value=to_bytes(value)
-    )
-    await _election_unary(client, "Proclaim", request, op="election_proclaim")
+    await client.election_proclaim(leader, value)
 
 
 async def election_leader(client: EtcdClient, name: bytes | str) -> KeyValue | None:
@@ -162,14 +90,7 @@ async def election_leader(client: EtcdClient, name: bytes | str) -> KeyValue | N
         kv = await election_leader(client, f"{prefix}/jobs")
         print(kv.text if kv else "no leader")  # no leader: nobody campaigned
     """
-    request = MESSAGES["LeaderRequest"](name=client._k(key_bytes(name)))
-    try:
-        resp = await _election_unary(client, "Leader", request, op="election_leader")
-    except EtcdServerError as exc:
-        if "election: no leader" in exc.details:
-            return None
-        raise
-    return client._kv(resp.kv)
+    return await client.election_leader(name)
 
 
 async def election_observe(client: EtcdClient, name: bytes | str) -> AsyncIterator[KeyValue]:
@@ -190,9 +111,8 @@ async def election_observe(client: EtcdClient, name: bytes | str) -> AsyncIterat
                     print(kv.key, kv.text)  # the current leader first: ... node-1
                     break
     """
-    request = MESSAGES["LeaderRequest"](name=client._k(key_bytes(name)))
-    async for resp in _election_stream(client, "Observe", request, op="election_observe"):
-        yield client._kv(resp.kv)
+    async for kv in client.election_observe(name):
+        yield kv
 
 
 async def election_resign(client: EtcdClient, leader: ElectionLeaderKey) -> None:
@@ -208,5 +128,4 @@ async def election_resign(client: EtcdClient, leader: ElectionLeaderKey) -> None
             await election_resign(client, leader)
             assert await election_leader(client, f"{prefix}/jobs") is None
     """
-    request = MESSAGES["ResignRequest"](leader=_leader_key_pb(client, leader))
-    await _election_unary(client, "Resign", request, op="election_resign")
+    await client.election_resign(leader)

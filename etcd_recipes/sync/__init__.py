@@ -76,7 +76,6 @@ from etcd_recipes.codecs import (
     as_codec,
     to_bytes,
 )
-from etcd_recipes.election.server import ElectionLeaderKey
 from etcd_recipes.election.terms import (
     Elected,
     LeadershipEvent,
@@ -185,6 +184,7 @@ from etcd_recipes.sync.semaphore import DistributedSemaphore
 from etcd_recipes.sync.work_queue import DistributedWorkQueue, WorkItem
 from etcd_recipes.types import (
     DeleteResult,
+    ElectionLeaderKey,
     EventType,
     KeyValue,
     LeaseGrant,

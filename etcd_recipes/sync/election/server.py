@@ -7,9 +7,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from etcd_recipes.election import server as _async
-from etcd_recipes.election.server import ElectionLeaderKey
 from etcd_recipes.sync._twin import SyncIterator
-from etcd_recipes.types import KeyValue
+from etcd_recipes.types import ElectionLeaderKey, KeyValue
 
 if TYPE_CHECKING:
     from etcd_recipes.sync.client import EtcdClient
