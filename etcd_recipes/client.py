@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -34,25 +34,24 @@ from typing import Any
 import anyio
 from aetcd import rpc as pb
 
-from ._core import services
 from ._core.convert import Convert, writes
 from ._core.convert import members as members_result
 from ._core.convert import status as status_result
 from ._core.endpoints import ChannelSpec, build_channel
 from ._core.keys import key_bytes
-from ._core.lease import AcquisitionLease, EstablishHook, LeaseKeeper, SelfHealingLease
-from ._core.lifecycle import keep_alive_once, misuse_error, verify
+from ._core.lease import LeaseKeeper
+from ._core.lifecycle import misuse_error, verify
 from ._core.rpc import AuthManager, RpcRunner
+from ._core.services import ServiceCalls
 from ._core.txn import AnyOp, Compare
 from ._core.validate import check_ttl
 from ._core.watch import ResyncHook, Watch, WatchHub
 from ._core.wire import Wire
-from .codecs import Codec, to_bytes
+from .codecs import to_bytes
 from .errors import ClientClosedError, EtcdRecipeError, InvalidArgumentError
-from .resilience import LeaseResilience, ResilienceConfig, RpcResilience, WatchResilience
+from .resilience import ResilienceConfig, RpcResilience, WatchResilience
 from .types import (
     DeleteResult,
-    ElectionLeaderKey,
     KeyValue,
     LeaseGrant,
     LeaseInfo,
@@ -73,7 +72,7 @@ _loop = asyncio._get_running_loop  # None outside a loop (get_running_loop raise
 _UNSET: Any = ...
 
 
-class EtcdClient:
+class EtcdClient(ServiceCalls):
     """An async etcd v3 client. Create it with :func:`connect` and use it as ``async with``.
 
     Keys accept ``str`` (UTF-8) or ``bytes``; values too. Results are small dataclasses from
@@ -119,15 +118,11 @@ class EtcdClient:
         # Conversions are Convert's bound methods, stored here: no extra frame per call.
         conv = Convert(namespace)
         self._k = conv.k
-        self._end = conv.end
         self._strip = conv.strip
         self._kv = conv.kv
         self._range_request = conv.range_request
         self._range_result = conv.range_result
-        self._delete_result = conv.delete_result
-        self._txn_pb = conv.txn_pb
-        self._txn_result = conv.txn_result
-        self._lease_info = conv.lease_info
+        self._conv = conv
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -381,10 +376,10 @@ class EtcdClient:
         """
         k = self._k(key)
         req = pb.DeleteRangeRequest(
-            key=k, range_end=self._end(k, prefix, range_end), prev_kv=prev_kv
+            key=k, range_end=self._conv.end(k, prefix, range_end), prev_kv=prev_kv
         )
         resp = await self._call("delete", "DeleteRange", pb.KVStub, req, timeout=timeout)
-        return self._delete_result(resp)
+        return self._conv.delete_result(resp)
 
     # ------------------------------------------------------------------ transactions
 
@@ -410,7 +405,7 @@ class EtcdClient:
             r = await client.txn([Cmp.missing(key)], [Op.put(key, b"you")], [Op.get(key)])
             assert not r.succeeded and r.responses[0].kvs[0].value == b"me"
         """
-        req = self._txn_pb(compare, success, failure)
+        req = self._conv.txn_pb(compare, success, failure)
         # etcd 3.5.0-3.5.2 panic when a *read-only* transaction is cancelled server-side:
         # those are never cancelled there (see RpcRunner.call). Writes are applied through
         # raft without the request's context, so they keep the normal, cancellable path.
@@ -418,7 +413,7 @@ class EtcdClient:
         resp = await self._call(
             "txn", "Txn", pb.KVStub, req, retry=False, timeout=timeout, detached=detached
         )
-        return self._txn_result(resp)
+        return self._conv.txn_result(resp)
 
     async def compact(
         self, revision: int, *, physical: bool = False, timeout: float | None = _UNSET
@@ -426,178 +421,6 @@ class EtcdClient:
         """Discard history older than ``revision`` (watches below it get a compaction error)."""
         req = pb.CompactionRequest(revision=revision, physical=physical)
         await self._call("compact", "Compact", pb.KVStub, req, timeout=timeout)
-
-    # ------------------------------------------------------------------ lock service
-
-    async def lock(
-        self, name: bytes | str, lease_id: int, *, timeout: float | None = None
-    ) -> bytes:
-        """Acquire ``name`` through etcd's own lock service (the v3lock ``Lock`` RPC).
-
-        The server queues ``<name>/<lease id in hex>`` and answers once it owns the lock; the
-        key returned lives while the lease does. Keep ``lease_id`` alive yourself (for example
-        with :meth:`lease`) and give the key to :meth:`unlock`. Never retried. On timeout (or
-        cancellation) the waiter key is removed; a timeout raises
-        :class:`~etcd_recipes.errors.LockTimeoutError`.
-
-        Prefer :class:`~etcd_recipes.DistributedMutex` (same key layout): the server-side wait
-        hands a contended lock over at most about every 100 ms, and loss is not reported.
-
-        Example::
-
-            async with client.lease(10) as lease:
-                key = await client.lock(prefix + "/job", lease.id, timeout=5)
-                try:
-                    assert (await client.get(key)) is not None
-                finally:
-                    await client.unlock(key)
-        """
-        return await services.lock(self, name, lease_id, timeout)
-
-    async def unlock(self, key: bytes | str) -> None:
-        """Release a lock taken with :meth:`lock` (the v3lock ``Unlock`` RPC: it deletes
-        ``key``). Idempotent.
-
-        Example::
-
-            async with client.lease(10) as lease:
-                key = await client.lock(prefix + "/job", lease.id)
-                await client.unlock(key)
-                await client.unlock(key)  # already released: nothing happens
-                assert (await client.get(key)) is None
-        """
-        await services.unlock(self, key)
-
-    # ------------------------------------------------------------------ election service
-
-    async def election_campaign(
-        self,
-        name: bytes | str,
-        value: bytes | str,
-        *,
-        lease: int,
-        timeout: float | None = None,
-    ) -> ElectionLeaderKey:
-        """Campaign in etcd's election service (``etcdctl elect``, Go's
-        ``concurrency.Election``): blocks until this campaign leads ``name``, with ``value``
-        proclaimed.
-
-        ``lease`` must be a live lease you keep alive (:meth:`lease`); leadership ends when it
-        does. ``timeout`` bounds the wait (:class:`~etcd_recipes.errors.EtcdTimeoutError`).
-        Never retried. Cancelled or timed out, the campaign's key ``<name>/<lease hex>`` is
-        deleted. Prefer :class:`~etcd_recipes.LeaderSelector` /
-        :class:`~etcd_recipes.LeaderLatch`, which manage leases, loss and fencing.
-
-        Example::
-
-            async with client.lease(10) as lease:
-                leader = await client.election_campaign(prefix + "/jobs", "node-1",
-                                                        lease=lease.id, timeout=5)
-                assert leader.key == f"{prefix}/jobs/{lease.id:x}".encode()
-                await client.election_resign(leader)
-        """
-        return await services.campaign(self, name, value, lease, timeout)
-
-    async def election_proclaim(self, leader: ElectionLeaderKey, value: bytes | str) -> None:
-        """Publish a new ``value`` for a leadership won with :meth:`election_campaign`.
-
-        Raises :class:`~etcd_recipes.errors.NotLeaderError` if that leadership is over.
-
-        Example::
-
-            async with client.lease(10) as lease:
-                leader = await client.election_campaign(prefix, "node-1", lease=lease.id)
-                await client.election_proclaim(leader, "node-1 (draining)")
-                assert (await client.election_leader(prefix)).text == "node-1 (draining)"
-                await client.election_resign(leader)
-        """
-        await services.proclaim(self, leader, value)
-
-    async def election_leader(self, name: bytes | str) -> KeyValue | None:
-        """The current leader's key and proclaimed value for ``name``, or ``None`` without one.
-
-        Example::
-
-            assert await client.election_leader(prefix) is None
-            async with client.lease(10) as lease:
-                leader = await client.election_campaign(prefix, "node-1", lease=lease.id)
-                kv = await client.election_leader(prefix)
-                assert kv is not None and kv.key == leader.key and kv.text == "node-1"
-                await client.election_resign(leader)
-        """
-        return await services.leader(self, name)
-
-    async def election_observe(self, name: bytes | str) -> AsyncIterator[KeyValue]:
-        """The leader of ``name`` (when there is one) and every later proclamation or new
-        leader.
-
-        etcd's ``Observe`` never reports that an election became vacant -- use
-        :class:`~etcd_recipes.LeaderObserver` for that. The stream is cancelled when the
-        iteration stops (close the iterator, e.g. with ``contextlib.aclosing``, to stop early).
-
-        Example::
-
-            import contextlib
-
-            async with client.lease(10) as lease:
-                leader = await client.election_campaign(prefix, "v1", lease=lease.id)
-                async with contextlib.aclosing(client.election_observe(prefix)) as seen:
-                    async for kv in seen:
-                        if kv.text == "v1":
-                            await client.election_proclaim(leader, "v2")
-                        else:
-                            assert kv.text == "v2"
-                            break
-                await client.election_resign(leader)
-        """
-        async for kv in services.observe(self, name):
-            yield kv
-
-    async def election_resign(self, leader: ElectionLeaderKey) -> None:
-        """Give up a leadership won with :meth:`election_campaign` (deletes its key; the next
-        campaigner, if any, is elected). Resigning an ended leadership is a no-op.
-
-        Example::
-
-            async with client.lease(10) as lease:
-                leader = await client.election_campaign(prefix, "node-1", lease=lease.id)
-                await client.election_resign(leader)
-                await client.election_resign(leader)  # over already: nothing happens
-                assert await client.election_leader(prefix) is None
-        """
-        await services.resign(self, leader)
-
-    # ------------------------------------------------------------------ typed helpers
-
-    async def get_value(self, key: bytes | str, codec: Codec[Any], *, default: Any = None) -> Any:
-        """Read ``key`` and decode it with ``codec``; ``default`` when absent.
-
-        A decode failure raises :class:`~etcd_recipes.errors.CodecError`.
-
-        Example::
-
-            from etcd_recipes import INT64
-
-            assert await client.get_value(prefix + "/counters/x", INT64, default=0) == 0
-            await client.put_value(prefix + "/counters/x", 41, INT64)
-            assert await client.get_value(prefix + "/counters/x", INT64) == 41
-        """
-        kv = await self.get(key)
-        return default if kv is None else codec.decode(kv.value)
-
-    async def put_value(
-        self, key: bytes | str, value: Any, codec: Codec[Any], *, lease: int = 0
-    ) -> PutResult:
-        """Encode ``value`` with ``codec`` and write it at ``key``.
-
-        Example::
-
-            from etcd_recipes import JSON
-
-            await client.put_value(prefix + "/config", {"mode": "on"}, JSON)
-            assert await client.get_value(prefix + "/config", JSON) == {"mode": "on"}
-        """
-        return await self.put(key, codec.encode(value), lease=lease)
 
     # ------------------------------------------------------------------ cluster
 
@@ -658,34 +481,7 @@ class EtcdClient:
         resp = await self._call(
             "lease_time_to_live", "LeaseTimeToLive", pb.LeaseStub, req, timeout=timeout
         )
-        return self._lease_info(resp)
-
-    async def lease_keep_alive_once(self, lease_id: int) -> int:
-        """Renew a lease once on the shared stream's schedule-free path; returns the new TTL
-        (``0`` when the lease no longer exists)."""
-        self._check()
-        return await keep_alive_once(self._wire, lease_id)
-
-    def lease(self, ttl: float) -> AcquisitionLease:
-        """A lease kept alive in the background, revoked on exit, **never re-granted**.
-
-        Example::
-
-            async with client.lease(5) as lease:
-                await client.put(prefix + "/presence/me", b"1", lease=lease.id)
-                assert (await client.lease_time_to_live(lease.id)).ttl > 0
-            assert await client.get(prefix + "/presence/me") is None  # revoked on exit
-        """
-        return AcquisitionLease(self, ttl)
-
-    def self_healing_lease(
-        self, ttl: float, establish: EstablishHook, *, resilience: LeaseResilience | None = None
-    ) -> SelfHealingLease:
-        """A presence lease that is re-granted after loss, re-running ``establish``.
-
-        See :class:`~etcd_recipes._core.lease.SelfHealingLease`.
-        """
-        return SelfHealingLease(self, ttl, establish, resilience=resilience)
+        return self._conv.lease_info(resp)
 
     # ------------------------------------------------------------------ watches
 
@@ -725,7 +521,7 @@ class EtcdClient:
         return Watch(
             self._watch_hub,
             k,
-            self._end(k, prefix, range_end) or None,
+            self._conv.end(k, prefix, range_end) or None,
             start_revision=start_revision,
             prev_kv=prev_kv,
             no_put=no_put,

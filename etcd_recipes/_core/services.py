@@ -1,5 +1,6 @@
-"""etcd's lock and election services, behind :class:`~etcd_recipes.EtcdClient`'s typed methods
-(``lock``/``unlock``, ``election_*``), which document them. Not public.
+"""etcd's lock and election services, codec helpers, lease handles: :class:`ServiceCalls`, a base of
+:class:`~etcd_recipes.EtcdClient` (so ``client.lock(...)``, ``client.election_campaign(...)``,
+``client.get_value(...)``), kept here so that ``client.py`` stays readable. Not public.
 
 Unary calls go through the client's funnel (per-attempt timeout, retries, auth refresh,
 metrics, error mapping, cancellation kept intact); the ``Observe`` stream reads through
@@ -16,10 +17,13 @@ import anyio
 import grpc
 
 from .._proto import Method, v3election, v3lock
-from ..codecs import to_bytes
+from ..codecs import Codec, to_bytes
 from ..errors import EtcdServerError, EtcdTimeoutError, LockTimeoutError
-from ..types import ElectionLeaderKey, KeyValue
+from ..resilience import LeaseResilience
+from ..types import ElectionLeaderKey, KeyValue, PutResult
 from .keys import key_bytes
+from .lease import AcquisitionLease, EstablishHook, SelfHealingLease
+from .lifecycle import keep_alive_once
 from .rpc import await_stream_op, map_grpc_error
 from .txn import Cmp, Op
 from .validate import check_lease_id, check_timeout
@@ -28,7 +32,7 @@ from .waiting import abort_guard
 if TYPE_CHECKING:
     from ..client import EtcdClient
 
-__all__ = ["campaign", "leader", "lock", "observe", "proclaim", "resign", "unlock"]
+__all__ = ["ServiceCalls"]
 
 _MESSAGES = v3election.MESSAGES
 
@@ -51,7 +55,7 @@ def _call(
     return client._runner.call(op, fn, request, retry=retry, timeout=timeout)
 
 
-async def lock(client: EtcdClient, name: bytes | str, lease_id: int, timeout: Any) -> bytes:
+async def _lock(client: EtcdClient, name: bytes | str, lease_id: int, timeout: Any) -> bytes:
     """The v3lock ``Lock`` RPC: never retried, no gRPC deadline (the wait is bounded here),
     the waiter key removed on timeout or cancellation."""
     check_lease_id(lease_id, what="server_lock()")
@@ -72,7 +76,7 @@ async def lock(client: EtcdClient, name: bytes | str, lease_id: int, timeout: An
     return client._strip(bytes(response.key))
 
 
-async def unlock(client: EtcdClient, key: bytes | str) -> None:
+async def _unlock(client: EtcdClient, key: bytes | str) -> None:
     """The v3lock ``Unlock`` RPC (deletes ``key``)."""
     request = v3lock.UnlockRequest(key=client._k(key_bytes(key)))
     await _call(client, "unlock", v3lock.UNLOCK, request)
@@ -87,7 +91,7 @@ def _leader_key_pb(client: EtcdClient, leader: ElectionLeaderKey) -> Any:
     )
 
 
-async def campaign(
+async def _campaign(
     client: EtcdClient, name: bytes | str, value: bytes | str, lease: int, timeout: Any
 ) -> ElectionLeaderKey:
     """The ``Campaign`` RPC: never retried, ``timeout`` as its deadline, the campaign key
@@ -126,7 +130,7 @@ async def campaign(
     )
 
 
-async def proclaim(client: EtcdClient, leader: ElectionLeaderKey, value: bytes | str) -> None:
+async def _proclaim(client: EtcdClient, leader: ElectionLeaderKey, value: bytes | str) -> None:
     """The ``Proclaim`` RPC."""
     request = _MESSAGES["ProclaimRequest"](
         leader=_leader_key_pb(client, leader), value=to_bytes(value)
@@ -134,7 +138,7 @@ async def proclaim(client: EtcdClient, leader: ElectionLeaderKey, value: bytes |
     await _call(client, "election_proclaim", v3election.PROCLAIM, request)
 
 
-async def leader(client: EtcdClient, name: bytes | str) -> KeyValue | None:
+async def _leader(client: EtcdClient, name: bytes | str) -> KeyValue | None:
     """The ``Leader`` RPC; ``None`` for etcd's "election: no leader"."""
     request = _MESSAGES["LeaderRequest"](name=client._k(key_bytes(name)))
     try:
@@ -146,7 +150,7 @@ async def leader(client: EtcdClient, name: bytes | str) -> KeyValue | None:
     return client._kv(resp.kv)
 
 
-async def observe(client: EtcdClient, name: bytes | str) -> AsyncIterator[KeyValue]:
+async def _observe(client: EtcdClient, name: bytes | str) -> AsyncIterator[KeyValue]:
     """The ``Observe`` stream; the call is cancelled when the iteration ends or is cancelled."""
     request = _MESSAGES["LeaderRequest"](name=client._k(key_bytes(name)))
     call = v3election.OBSERVE(client._channel_or_raise())(
@@ -167,7 +171,217 @@ async def observe(client: EtcdClient, name: bytes | str) -> AsyncIterator[KeyVal
         call.cancel()
 
 
-async def resign(client: EtcdClient, leader: ElectionLeaderKey) -> None:
+async def _resign(client: EtcdClient, leader: ElectionLeaderKey) -> None:
     """The ``Resign`` RPC."""
     request = _MESSAGES["ResignRequest"](leader=_leader_key_pb(client, leader))
     await _call(client, "election_resign", v3election.RESIGN, request)
+
+
+class ServiceCalls:
+    """The typed calls of etcd's lock and election services, the codec helpers and the lease
+    handles, as methods of :class:`~etcd_recipes.EtcdClient` (its base class)."""
+
+    def _me(self) -> EtcdClient:
+        return self  # type: ignore[return-value]  # only ever a base of EtcdClient
+
+    # ------------------------------------------------------------------ lock service
+
+    async def lock(
+        self, name: bytes | str, lease_id: int, *, timeout: float | None = None
+    ) -> bytes:
+        """Acquire ``name`` through etcd's own lock service (the v3lock ``Lock`` RPC).
+
+        The server queues ``<name>/<lease id in hex>`` and answers once it owns the lock; the
+        key returned lives while the lease does. Keep ``lease_id`` alive yourself (for example
+        with :meth:`lease`) and give the key to :meth:`unlock`. Never retried. On timeout (or
+        cancellation) the waiter key is removed; a timeout raises
+        :class:`~etcd_recipes.errors.LockTimeoutError`.
+
+        Prefer :class:`~etcd_recipes.DistributedMutex` (same key layout): the server-side wait
+        hands a contended lock over at most about every 100 ms, and loss is not reported.
+
+        Example::
+
+            async with client.lease(10) as lease:
+                key = await client.lock(prefix + "/job", lease.id, timeout=5)
+                try:
+                    assert (await client.get(key)) is not None
+                finally:
+                    await client.unlock(key)
+        """
+        return await _lock(self._me(), name, lease_id, timeout)
+
+    async def unlock(self, key: bytes | str) -> None:
+        """Release a lock taken with :meth:`lock` (the v3lock ``Unlock`` RPC: it deletes
+        ``key``). Idempotent.
+
+        Example::
+
+            async with client.lease(10) as lease:
+                key = await client.lock(prefix + "/job", lease.id)
+                await client.unlock(key)
+                await client.unlock(key)  # already released: nothing happens
+                assert (await client.get(key)) is None
+        """
+        await _unlock(self._me(), key)
+
+    # ------------------------------------------------------------------ election service
+
+    async def election_campaign(
+        self,
+        name: bytes | str,
+        value: bytes | str,
+        *,
+        lease: int,
+        timeout: float | None = None,
+    ) -> ElectionLeaderKey:
+        """Campaign in etcd's election service (``etcdctl elect``, Go's
+        ``concurrency.Election``): blocks until this campaign leads ``name``, with ``value``
+        proclaimed.
+
+        ``lease`` must be a live lease you keep alive (:meth:`lease`); leadership ends when it
+        does. ``timeout`` bounds the wait (:class:`~etcd_recipes.errors.EtcdTimeoutError`).
+        Never retried. Cancelled or timed out, the campaign's key ``<name>/<lease hex>`` is
+        deleted. Prefer :class:`~etcd_recipes.LeaderSelector` /
+        :class:`~etcd_recipes.LeaderLatch`, which manage leases, loss and fencing.
+
+        Example::
+
+            async with client.lease(10) as lease:
+                leader = await client.election_campaign(prefix + "/jobs", "node-1",
+                                                        lease=lease.id, timeout=5)
+                assert leader.key == f"{prefix}/jobs/{lease.id:x}".encode()
+                await client.election_resign(leader)
+        """
+        return await _campaign(self._me(), name, value, lease, timeout)
+
+    async def election_proclaim(self, leader: ElectionLeaderKey, value: bytes | str) -> None:
+        """Publish a new ``value`` for a leadership won with :meth:`election_campaign`.
+
+        Raises :class:`~etcd_recipes.errors.NotLeaderError` if that leadership is over.
+
+        Example::
+
+            async with client.lease(10) as lease:
+                leader = await client.election_campaign(prefix, "node-1", lease=lease.id)
+                await client.election_proclaim(leader, "node-1 (draining)")
+                assert (await client.election_leader(prefix)).text == "node-1 (draining)"
+                await client.election_resign(leader)
+        """
+        await _proclaim(self._me(), leader, value)
+
+    async def election_leader(self, name: bytes | str) -> KeyValue | None:
+        """The current leader's key and proclaimed value for ``name``, or ``None`` without one.
+
+        Example::
+
+            assert await client.election_leader(prefix) is None
+            async with client.lease(10) as lease:
+                leader = await client.election_campaign(prefix, "node-1", lease=lease.id)
+                kv = await client.election_leader(prefix)
+                assert kv is not None and kv.key == leader.key and kv.text == "node-1"
+                await client.election_resign(leader)
+        """
+        return await _leader(self._me(), name)
+
+    async def election_observe(self, name: bytes | str) -> AsyncIterator[KeyValue]:
+        """The leader of ``name`` (when there is one) and every later proclamation or new
+        leader.
+
+        etcd's ``Observe`` never reports that an election became vacant -- use
+        :class:`~etcd_recipes.LeaderObserver` for that. The stream is cancelled when the
+        iteration stops (close the iterator, e.g. with ``contextlib.aclosing``, to stop early).
+
+        Example::
+
+            import contextlib
+
+            async with client.lease(10) as lease:
+                leader = await client.election_campaign(prefix, "v1", lease=lease.id)
+                async with contextlib.aclosing(client.election_observe(prefix)) as seen:
+                    async for kv in seen:
+                        if kv.text == "v1":
+                            await client.election_proclaim(leader, "v2")
+                        else:
+                            assert kv.text == "v2"
+                            break
+                await client.election_resign(leader)
+        """
+        async for kv in _observe(self._me(), name):
+            yield kv
+
+    async def election_resign(self, leader: ElectionLeaderKey) -> None:
+        """Give up a leadership won with :meth:`election_campaign` (deletes its key; the next
+        campaigner, if any, is elected). Resigning an ended leadership is a no-op.
+
+        Example::
+
+            async with client.lease(10) as lease:
+                leader = await client.election_campaign(prefix, "node-1", lease=lease.id)
+                await client.election_resign(leader)
+                await client.election_resign(leader)  # over already: nothing happens
+                assert await client.election_leader(prefix) is None
+        """
+        await _resign(self._me(), leader)
+
+    # ------------------------------------------------------------------ typed helpers
+
+    async def get_value(self, key: bytes | str, codec: Codec[Any], *, default: Any = None) -> Any:
+        """Read ``key`` and decode it with ``codec``; ``default`` when absent.
+
+        A decode failure raises :class:`~etcd_recipes.errors.CodecError`.
+
+        Example::
+
+            from etcd_recipes import INT64
+
+            assert await client.get_value(prefix + "/counters/x", INT64, default=0) == 0
+            await client.put_value(prefix + "/counters/x", 41, INT64)
+            assert await client.get_value(prefix + "/counters/x", INT64) == 41
+        """
+        kv = await self._me().get(key)
+        return default if kv is None else codec.decode(kv.value)
+
+    async def put_value(
+        self, key: bytes | str, value: Any, codec: Codec[Any], *, lease: int = 0
+    ) -> PutResult:
+        """Encode ``value`` with ``codec`` and write it at ``key``.
+
+        Example::
+
+            from etcd_recipes import JSON
+
+            await client.put_value(prefix + "/config", {"mode": "on"}, JSON)
+            assert await client.get_value(prefix + "/config", JSON) == {"mode": "on"}
+        """
+        return await self._me().put(key, codec.encode(value), lease=lease)
+
+    # ------------------------------------------------------------------ lease handles
+
+    async def lease_keep_alive_once(self, lease_id: int) -> int:
+        """Renew a lease once on the shared stream's schedule-free path; returns the new TTL
+        (``0`` when the lease no longer exists)."""
+        me = self._me()
+        me._check()
+        return await keep_alive_once(me._wire, lease_id)
+
+    def lease(self, ttl: float) -> AcquisitionLease:
+        """A lease kept alive in the background, revoked on exit, **never re-granted**.
+
+        Example::
+
+            async with client.lease(5) as lease:
+                await client.put(prefix + "/presence/me", b"1", lease=lease.id)
+                assert (await client.lease_time_to_live(lease.id)).ttl > 0
+            assert await client.get(prefix + "/presence/me") is None  # revoked on exit
+        """
+        return AcquisitionLease(self._me(), ttl)
+
+    def self_healing_lease(
+        self, ttl: float, establish: EstablishHook, *, resilience: LeaseResilience | None = None
+    ) -> SelfHealingLease:
+        """A presence lease that is re-granted after loss, re-running ``establish``.
+
+        See :class:`~etcd_recipes._core.lease.SelfHealingLease`.
+        """
+        return SelfHealingLease(self._me(), ttl, establish, resilience=resilience)

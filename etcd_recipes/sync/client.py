@@ -46,10 +46,15 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
 
     Example::
 
-        with connect(["10.0.0.1:2379", "10.0.0.2:2379"], namespace="/app") as client:
-            rev = (client.put("/k", b"v")).revision
-            with client.watch("/k", start_revision=rev + 1) as watch:
-                ...
+        from etcd_recipes import connect
+
+        with connect(endpoints, namespace=prefix) as app:
+            rev = (app.put("/k", b"v")).revision
+            with app.watch("/k", start_revision=rev) as watch:
+                for event in watch:
+                    assert event.kv.key == b"/k" and event.kv.value == b"v"
+                    break
+        assert (client.get(prefix + "/k")).value == b"v"  # the namespace is a prefix
     """
 
     _a: _async.EtcdClient
@@ -126,7 +131,9 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
 
         Example::
 
-            kv = client.get("/config/mode")
+            assert client.get(prefix + "/config/mode") is None
+            client.put(prefix + "/config/mode", "on")
+            assert (client.get(prefix + "/config/mode")).text == "on"
         """
         return self._rt.call(
             self._a.get,
@@ -215,7 +222,8 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
 
         Example::
 
-            rev = (client.put("/k", "v")).revision
+            rev = (client.put(prefix + "/k", "v")).revision
+            assert (client.get(prefix + "/k")).mod_revision == rev
         """
         return self._rt.call(self._a.put, key, value, lease=lease, prev_kv=prev_kv, timeout=timeout)
 
@@ -232,7 +240,9 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
 
         Example::
 
-            n = (client.delete("/jobs/", prefix=True)).deleted
+            client.put(prefix + "/jobs/1", b"a")
+            client.put(prefix + "/jobs/2", b"b")
+            assert (client.delete(prefix + "/jobs/", prefix=True)).deleted == 2
         """
         return self._rt.call(
             self._a.delete,
@@ -257,8 +267,13 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
 
         Example::
 
-            r = client.txn([Cmp.missing("/leader")], [Op.put("/leader", b"me")])
-            print("won" if r.succeeded else "lost")
+            from etcd_recipes import Cmp, Op
+
+            key = prefix + "/leader"
+            r = client.txn([Cmp.missing(key)], [Op.put(key, b"me")])
+            assert r.succeeded
+            r = client.txn([Cmp.missing(key)], [Op.put(key, b"you")], [Op.get(key)])
+            assert not r.succeeded and r.responses[0].kvs[0].value == b"me"
         """
         return self._rt.call(self._a.txn, compare, success, failure, timeout=timeout)
 
@@ -271,6 +286,87 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
     ) -> None:
         """Discard history older than ``revision`` (watches below it get a compaction error)."""
         self._rt.call(self._a.compact, revision, physical=physical, timeout=timeout)
+
+    def status(self, *, timeout: float | None = _UNSET) -> Status:
+        """The status of the member that answers (version, leader, revision, ...)."""
+        return self._rt.call(self._a.status, timeout=timeout)
+
+    def member_list(self, *, timeout: float | None = _UNSET) -> list[Member]:
+        """The members of the cluster."""
+        return self._rt.call(self._a.member_list, timeout=timeout)
+
+    def ping(self) -> bool:
+        """True if a count-only read of ``health-check-probe`` succeeds (never raises)."""
+        return self._rt.call(self._a.ping)
+
+    def lease_grant(self, ttl: float, *, timeout: float | None = _UNSET) -> LeaseGrant:
+        """Grant a lease of ``ttl`` whole seconds (the server may grant more).
+
+        Prefer :meth:`lease` (kept alive, revoked on exit) for anything but one-off keys.
+        """
+        return self._rt.call(self._a.lease_grant, ttl, timeout=timeout)
+
+    def lease_revoke(self, lease_id: int, *, timeout: float | None = _UNSET) -> bool:
+        """Revoke a lease, deleting its keys. Best-effort: False (logged) instead of raising."""
+        return self._rt.call(self._a.lease_revoke, lease_id, timeout=timeout)
+
+    def lease_time_to_live(
+        self,
+        lease_id: int,
+        *,
+        keys: bool = False,
+        timeout: float | None = _UNSET,
+    ) -> LeaseInfo:
+        """A lease's remaining TTL (``-1`` when it does not exist) and, optionally, its keys."""
+        return self._rt.call(self._a.lease_time_to_live, lease_id, keys=keys, timeout=timeout)
+
+    def watch(
+        self,
+        key: bytes | str,
+        *,
+        prefix: bool = False,
+        range_end: bytes | str | None = None,
+        start_revision: int = 0,
+        prev_kv: bool = False,
+        no_put: bool = False,
+        no_delete: bool = False,
+        resync: Callable[[], int] | None = None,
+        resilience: WatchResilience | None = None,
+    ) -> Watch:
+        """Watch a key, a prefix or a range; use as ``with`` and iterate.
+
+        ``start_revision`` replays history from that revision (``0``: from now). Anchor at a
+        read's ``revision + 1`` to miss nothing between the read and the watch. ``resync`` is
+        called when the needed history was compacted: re-read the state and return the
+        revision to continue from; without it, a compaction raises
+        :class:`~etcd_recipes.errors.CompactedError`.
+
+        Example::
+
+            rev = (client.put(prefix + "/jobs/1", b"a")).revision
+            with client.watch(prefix + "/jobs/", prefix=True, start_revision=rev) as watch:
+                for event in watch:
+                    assert event.kv.value == b"a"
+                    break
+        """
+        value = self._rt.call_sync(
+            self._a.watch,
+            key,
+            prefix=prefix,
+            range_end=range_end,
+            start_revision=start_revision,
+            prev_kv=prev_kv,
+            no_put=no_put,
+            no_delete=no_delete,
+            resync=None if resync is None else self._rt.hook(resync),
+            resilience=resilience,
+        )
+        result: Watch = self._twin(value)
+        return result
+
+    def request_progress(self) -> None:
+        """Ask the server for a progress notification on the watch stream."""
+        self._rt.call_sync(self._a.request_progress)
 
     def lock(self, name: bytes | str, lease_id: int, *, timeout: float | None = None) -> bytes:
         """Acquire ``name`` through etcd's own lock service (the v3lock ``Lock`` RPC).
@@ -414,7 +510,11 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
 
         Example::
 
-            n = client.get_value("/counters/x", INT64, default=0)
+            from etcd_recipes import INT64
+
+            assert client.get_value(prefix + "/counters/x", INT64, default=0) == 0
+            client.put_value(prefix + "/counters/x", 41, INT64)
+            assert client.get_value(prefix + "/counters/x", INT64) == 41
         """
         return self._rt.call(self._a.get_value, key, codec, default=default)
 
@@ -430,42 +530,12 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
 
         Example::
 
-            client.put_value("/config", {"mode": "on"}, JSON)
+            from etcd_recipes import JSON
+
+            client.put_value(prefix + "/config", {"mode": "on"}, JSON)
+            assert client.get_value(prefix + "/config", JSON) == {"mode": "on"}
         """
         return self._rt.call(self._a.put_value, key, value, codec, lease=lease)
-
-    def status(self, *, timeout: float | None = _UNSET) -> Status:
-        """The status of the member that answers (version, leader, revision, ...)."""
-        return self._rt.call(self._a.status, timeout=timeout)
-
-    def member_list(self, *, timeout: float | None = _UNSET) -> list[Member]:
-        """The members of the cluster."""
-        return self._rt.call(self._a.member_list, timeout=timeout)
-
-    def ping(self) -> bool:
-        """True if a count-only read of ``health-check-probe`` succeeds (never raises)."""
-        return self._rt.call(self._a.ping)
-
-    def lease_grant(self, ttl: float, *, timeout: float | None = _UNSET) -> LeaseGrant:
-        """Grant a lease of ``ttl`` whole seconds (the server may grant more).
-
-        Prefer :meth:`lease` (kept alive, revoked on exit) for anything but one-off keys.
-        """
-        return self._rt.call(self._a.lease_grant, ttl, timeout=timeout)
-
-    def lease_revoke(self, lease_id: int, *, timeout: float | None = _UNSET) -> bool:
-        """Revoke a lease, deleting its keys. Best-effort: False (logged) instead of raising."""
-        return self._rt.call(self._a.lease_revoke, lease_id, timeout=timeout)
-
-    def lease_time_to_live(
-        self,
-        lease_id: int,
-        *,
-        keys: bool = False,
-        timeout: float | None = _UNSET,
-    ) -> LeaseInfo:
-        """A lease's remaining TTL (``-1`` when it does not exist) and, optionally, its keys."""
-        return self._rt.call(self._a.lease_time_to_live, lease_id, keys=keys, timeout=timeout)
 
     def lease_keep_alive_once(self, lease_id: int) -> int:
         """Renew a lease once on the shared stream's schedule-free path; returns the new TTL
@@ -478,8 +548,9 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
         Example::
 
             with client.lease(5) as lease:
-                client.put("/presence/me", b"1", lease=lease.id)
-                lease.wait_lost()  # returns only if the lease is lost
+                client.put(prefix + "/presence/me", b"1", lease=lease.id)
+                assert (client.lease_time_to_live(lease.id)).ttl > 0
+            assert client.get(prefix + "/presence/me") is None  # revoked on exit
         """
         value = self._rt.call_sync(self._a.lease, ttl)
         result: AcquisitionLease = self._twin(value)
@@ -504,52 +575,6 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
         )
         result: SelfHealingLease = self._twin(value)
         return result
-
-    def watch(
-        self,
-        key: bytes | str,
-        *,
-        prefix: bool = False,
-        range_end: bytes | str | None = None,
-        start_revision: int = 0,
-        prev_kv: bool = False,
-        no_put: bool = False,
-        no_delete: bool = False,
-        resync: Callable[[], int] | None = None,
-        resilience: WatchResilience | None = None,
-    ) -> Watch:
-        """Watch a key, a prefix or a range; use as ``with`` and iterate.
-
-        ``start_revision`` replays history from that revision (``0``: from now). Anchor at a
-        read's ``revision + 1`` to miss nothing between the read and the watch. ``resync`` is
-        called when the needed history was compacted: re-read the state and return the
-        revision to continue from; without it, a compaction raises
-        :class:`~etcd_recipes.errors.CompactedError`.
-
-        Example::
-
-            with client.watch("/jobs/", prefix=True) as watch:
-                for item in watch:
-                    print(item)
-        """
-        value = self._rt.call_sync(
-            self._a.watch,
-            key,
-            prefix=prefix,
-            range_end=range_end,
-            start_revision=start_revision,
-            prev_kv=prev_kv,
-            no_put=no_put,
-            no_delete=no_delete,
-            resync=None if resync is None else self._rt.hook(resync),
-            resilience=resilience,
-        )
-        result: Watch = self._twin(value)
-        return result
-
-    def request_progress(self) -> None:
-        """Ask the server for a progress notification on the watch stream."""
-        self._rt.call_sync(self._a.request_progress)
 
 
 def connect(
@@ -583,9 +608,10 @@ def connect(
 
     Example::
 
-        with connect("https://etcd.example:2379", ca_cert="ca.pem",
-                           user="app", password=secret) as client:
-            ...
+        from etcd_recipes import connect
+
+        with connect(endpoints, namespace=prefix, connect_timeout=5) as app:
+            app.put("/k", b"v")  # stored at prefix + "/k"
     """
     runtime, value = Runtime.create(
         _async.connect,

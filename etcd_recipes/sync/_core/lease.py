@@ -24,8 +24,9 @@ class AcquisitionLease(SyncTwin, twin_of=_async.AcquisitionLease):
     Example::
 
         with client.lease(ttl=5) as lease:
-            client.put("/locks/job", b"me", lease=lease.id)
-            ...  # lease.lost is an anyio/asyncio-friendly signal: lease.wait_lost()
+            client.put(prefix + "/locks/job", b"me", lease=lease.id)
+            assert not lease.is_lost  # lease.wait_lost() returns once it is lost
+        assert client.get(prefix + "/locks/job") is None  # revoked on exit
     """
 
     _a: _async.AcquisitionLease
@@ -109,13 +110,17 @@ class SelfHealingLease(SyncTwin, twin_of=_async.SelfHealingLease):
 
     Example::
 
+        from etcd_recipes import Cmp, Op
+
+        key = prefix + "/presence/me"
+
         def establish(lease_id: int) -> bool:
             r = client.txn([Cmp.missing(key)], [Op.put(key, b"me", lease=lease_id)])
             return r.succeeded
 
         lease = client.self_healing_lease(2, establish)
-        if lease.start():
-            ...
+        assert lease.start()
+        assert (client.get(key)).lease == lease.current_lease_id
         lease.close()
     """
 

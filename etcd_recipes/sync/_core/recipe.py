@@ -24,9 +24,12 @@ class Recipe(SyncTwin, twin_of=_async.Recipe):
 
     Example::
 
-        with DistributedBarrier(client, "/barriers/deploy") as barrier:
+        from etcd_recipes import DistributedBarrier
+
+        with DistributedBarrier(client, prefix + "/deploy") as barrier:
             barrier.set_barrier()
-            print(barrier.connection_state, barrier.is_healthy())
+            assert barrier.is_healthy()
+            print(barrier.connection_state)
     """
 
     _a: _async.Recipe
