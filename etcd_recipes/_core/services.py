@@ -290,21 +290,18 @@ class ServiceCalls:
 
         etcd's ``Observe`` never reports that an election became vacant -- use
         :class:`~etcd_recipes.LeaderObserver` for that. The stream is cancelled when the
-        iteration stops (close the iterator, e.g. with ``contextlib.aclosing``, to stop early).
+        iteration stops (or the iterator is closed).
 
         Example::
 
-            import contextlib
-
             async with client.lease(10) as lease:
                 leader = await client.election_campaign(prefix, "v1", lease=lease.id)
-                async with contextlib.aclosing(client.election_observe(prefix)) as seen:
-                    async for kv in seen:
-                        if kv.text == "v1":
-                            await client.election_proclaim(leader, "v2")
-                        else:
-                            assert kv.text == "v2"
-                            break
+                async for kv in client.election_observe(prefix):
+                    if kv.text == "v1":
+                        await client.election_proclaim(leader, "v2")
+                    else:
+                        assert kv.text == "v2"
+                        break
                 await client.election_resign(leader)
         """
         async for kv in _observe(self._me(), name):

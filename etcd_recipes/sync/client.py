@@ -468,21 +468,18 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
 
         etcd's ``Observe`` never reports that an election became vacant -- use
         :class:`~etcd_recipes.LeaderObserver` for that. The stream is cancelled when the
-        iteration stops (close the iterator, e.g. with ``contextlib.aclosing``, to stop early).
+        iteration stops (or the iterator is closed).
 
         Example::
 
-            import contextlib
-
             with client.lease(10) as lease:
                 leader = client.election_campaign(prefix, "v1", lease=lease.id)
-                with contextlib.aclosing(client.election_observe(prefix)) as seen:
-                    for kv in seen:
-                        if kv.text == "v1":
-                            client.election_proclaim(leader, "v2")
-                        else:
-                            assert kv.text == "v2"
-                            break
+                for kv in client.election_observe(prefix):
+                    if kv.text == "v1":
+                        client.election_proclaim(leader, "v2")
+                    else:
+                        assert kv.text == "v2"
+                        break
                 client.election_resign(leader)
         """
         value = self._rt.call_sync(self._a.election_observe, name)
