@@ -139,7 +139,12 @@ from .lock import (
     server_unlock,
 )
 from .metrics import NOOP_METRICS, EtcdMetrics
-from .queue import MAX_PRIORITY, DistributedPriorityQueue, DistributedQueue, InvalidPriorityError
+from .queues._config import WorkQueueConfig
+from .queues._dead_letters import DeadLetter
+from .queues._item import WorkItem
+from .queues.fifo import DistributedQueue
+from .queues.priority import MAX_PRIORITY, DistributedPriorityQueue, InvalidPriorityError
+from .queues.work import DistributedWorkQueue
 from .resilience import (
     Bounded,
     ExponentialBackoff,
@@ -166,7 +171,6 @@ from .types import (
     TxnResult,
     WatchEvent,
 )
-from .work_queue import DeadLetter, DistributedWorkQueue, WorkItem, WorkQueueConfig
 
 __version__ = "0.1.0.dev0"
 
