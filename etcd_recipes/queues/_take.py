@@ -285,7 +285,11 @@ class TakeQueue(Recipe, Generic[T]):
 
         Example::
 
-            value = await queue.dequeue()
+            from etcd_recipes import DistributedQueue
+
+            queue = DistributedQueue(client, f"{prefix}/q")
+            await queue.enqueue(b"job")
+            assert await queue.dequeue() == b"job"   # waits while the queue is empty
         """
         data = await self._take(wait=True, timeout=None)
         assert data is not None
@@ -296,6 +300,9 @@ class TakeQueue(Recipe, Generic[T]):
 
         Example::
 
+            from etcd_recipes import DistributedQueue
+
+            queue = DistributedQueue(client, f"{prefix}/q")
             value = await queue.try_dequeue()
             if value is None:
                 print("empty")
@@ -308,7 +315,12 @@ class TakeQueue(Recipe, Generic[T]):
 
         Example::
 
-            value = await queue.poll(5.0)
+            from etcd_recipes import DistributedPriorityQueue
+
+            queue = DistributedPriorityQueue(client, f"{prefix}/pq")
+            assert await queue.poll(0.2) is None     # nothing came within 0.2 s
+            await queue.enqueue(b"job", 3)
+            assert await queue.poll(5.0) == b"job"
         """
         data = await self._take(wait=True, timeout=check_timeout(timeout, optional=False))
         return None if data is None else cast(T, decode(self.codec, data))
@@ -320,7 +332,11 @@ class TakeQueue(Recipe, Generic[T]):
 
         Example::
 
-            print("depth:", await queue.size())
+            from etcd_recipes import DistributedQueue
+
+            queue = DistributedQueue(client, f"{prefix}/q")
+            await queue.enqueue_all([b"a", b"b"])
+            print("depth:", await queue.size())      # depth: 2
         """
         self._check_open()
         return await self._client.count(self._prefix)
