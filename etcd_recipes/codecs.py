@@ -28,7 +28,7 @@ What a codec does *not* do:
 
 Example::
 
-    from etcd_recipes.codecs import INT64, JSON, as_codec
+    from etcd_recipes import INT64, JSON, as_codec
 
     data = INT64.encode(42)             # b"\\x00\\x00\\x00\\x00\\x00\\x00\\x00*"
     assert INT64.decode(data) == 42
@@ -59,10 +59,11 @@ from typing import (
     Final,
     Generic,
     Protocol,
-    TypeVar,
-    overload,
+    cast,
     runtime_checkable,
 )
+
+from typing_extensions import TypeVar
 
 from etcd_recipes.errors import CodecError, InvalidArgumentError
 
@@ -87,6 +88,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+V = TypeVar("V", default=bytes)  # as_codec(None): no codec means bytes (PEP 696)
 M = TypeVar("M", bound="BaseModel")
 
 _BytesLike = (bytes, bytearray, memoryview)
@@ -103,10 +105,13 @@ class Codec(Protocol[T]):
 
     Example::
 
+        from etcd_recipes import INT64, Codec
+
         def store(codec: Codec[int], value: int) -> bytes:
             return codec.encode(value)
 
-        store(INT64, 7)  # b"\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x07"
+        assert store(INT64, 7) == b"\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x07"
+        assert isinstance(INT64, Codec)
     """
 
     def encode(self, value: T) -> bytes:
@@ -114,7 +119,9 @@ class Codec(Protocol[T]):
 
         Example::
 
-            UTF8.encode("hé")  # b"h\\xc3\\xa9"
+            from etcd_recipes import UTF8
+
+            assert UTF8.encode("hé") == b"h\\xc3\\xa9"
         """
         ...
 
@@ -123,7 +130,9 @@ class Codec(Protocol[T]):
 
         Example::
 
-            UTF8.decode(b"h\\xc3\\xa9")  # "hé"
+            from etcd_recipes import UTF8
+
+            assert UTF8.decode(b"h\\xc3\\xa9") == "hé"
         """
         ...
 
@@ -156,8 +165,10 @@ class BytesCodec:
 
     Example::
 
-        BYTES.encode(bytearray(b"ab"))  # b"ab"
-        BYTES.decode(b"ab")             # b"ab"
+        from etcd_recipes import BYTES
+
+        assert BYTES.encode(bytearray(b"ab")) == b"ab"
+        assert BYTES.decode(b"ab") == b"ab"
     """
 
     __slots__ = ()
@@ -167,7 +178,9 @@ class BytesCodec:
 
         Example::
 
-            BYTES.encode(memoryview(b"xy"))  # b"xy"
+            from etcd_recipes import BYTES
+
+            assert BYTES.encode(memoryview(b"xy")) == b"xy"
         """
         if isinstance(value, bytes):
             return value
@@ -184,7 +197,9 @@ class BytesCodec:
 
         Example::
 
-            BYTES.decode(b"xy")  # b"xy"
+            from etcd_recipes import BYTES
+
+            assert BYTES.decode(b"xy") == b"xy"
         """
         return _require_bytes(self, data)
 
@@ -208,9 +223,11 @@ class StrCodec:
 
     Example::
 
+        from etcd_recipes import UTF8, StrCodec
+
         latin1 = StrCodec("latin-1")
-        latin1.encode("é")        # b"\\xe9"
-        UTF8.decode(b"caf\\xc3\\xa9")  # "café"
+        assert latin1.encode("é") == b"\\xe9"
+        assert UTF8.decode(b"caf\\xc3\\xa9") == "café"
     """
 
     __slots__ = ("_encoding",)
@@ -227,7 +244,9 @@ class StrCodec:
 
         Example::
 
-            StrCodec("UTF8").encoding  # "utf-8"
+            from etcd_recipes import StrCodec
+
+            assert StrCodec("UTF8").encoding == "utf-8"
         """
         return self._encoding
 
@@ -236,7 +255,9 @@ class StrCodec:
 
         Example::
 
-            UTF8.encode("ok")  # b"ok"
+            from etcd_recipes import UTF8
+
+            assert UTF8.encode("ok") == b"ok"
         """
         if not isinstance(value, str):
             raise CodecError(f"StrCodec.encode expects str, got {_type_name(value)}")
@@ -250,7 +271,9 @@ class StrCodec:
 
         Example::
 
-            UTF8.decode(b"ok")  # "ok"
+            from etcd_recipes import UTF8
+
+            assert UTF8.decode(b"ok") == "ok"
         """
         raw = _require_bytes(self, data)
         try:
@@ -323,8 +346,10 @@ class Int32Codec(_FixedWidthIntCodec):
 
     Example::
 
-        INT32.encode(1)             # b"\\x00\\x00\\x00\\x01"
-        INT32.decode(b"\\xff" * 4)  # -1
+        from etcd_recipes import INT32
+
+        assert INT32.encode(1) == b"\\x00\\x00\\x00\\x01"
+        assert INT32.decode(b"\\xff" * 4) == -1
     """
 
     __slots__ = ()
@@ -343,8 +368,10 @@ class Int64Codec(_FixedWidthIntCodec):
 
     Example::
 
-        INT64.encode(1)                    # b"\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x01"
-        INT64.decode(b"\\x80" + b"\\x00" * 7)  # -2**63
+        from etcd_recipes import INT64
+
+        assert INT64.encode(1) == b"\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x01"
+        assert INT64.decode(b"\\x80" + b"\\x00" * 7) == -(2**63)
     """
 
     __slots__ = ()
@@ -379,8 +406,11 @@ class JsonCodec:
 
     Example::
 
-        JSON.encode({"n": 1, "s": "é"})  # b'{"n":1,"s":"\\xc3\\xa9"}'
-        JsonCodec(dumps_kwargs={"sort_keys": True}).encode({"b": 1, "a": 2})  # b'{"a":2,"b":1}'
+        from etcd_recipes import JSON, JsonCodec
+
+        assert JSON.encode({"n": 1, "s": "é"}) == b'{"n":1,"s":"\\xc3\\xa9"}'
+        ordered = JsonCodec(dumps_kwargs={"sort_keys": True})
+        assert ordered.encode({"b": 1, "a": 2}) == b'{"a":2,"b":1}'
     """
 
     __slots__ = ("_dumps_kwargs", "_loads_kwargs")
@@ -405,7 +435,9 @@ class JsonCodec:
 
         Example::
 
-            JSON.encode([1, None, True])  # b"[1,null,true]"
+            from etcd_recipes import JSON
+
+            assert JSON.encode([1, None, True]) == b"[1,null,true]"
         """
         try:
             text = json.dumps(value, **self._dumps_kwargs)
@@ -420,7 +452,9 @@ class JsonCodec:
 
         Example::
 
-            JSON.decode(b'{"a":[1,2]}')  # {"a": [1, 2]}
+            from etcd_recipes import JSON
+
+            assert JSON.decode(b'{"a":[1,2]}') == {"a": [1, 2]}
         """
         raw = _require_bytes(self, data)
         try:
@@ -452,13 +486,17 @@ class PydanticCodec(Generic[M]):
 
     Example::
 
+        import pydantic
+
+        from etcd_recipes import PydanticCodec
+
         class Job(pydantic.BaseModel):
             id: int
             name: str
 
         jobs = PydanticCodec(Job)
-        jobs.encode(Job(id=1, name="x"))        # b'{"id":1,"name":"x"}'
-        jobs.decode(b'{"id":1,"name":"x"}')     # Job(id=1, name='x')
+        assert jobs.encode(Job(id=1, name="x")) == b'{"id":1,"name":"x"}'
+        assert jobs.decode(b'{"id":1,"name":"x"}') == Job(id=1, name="x")
     """
 
     __slots__ = ("_model",)
@@ -487,7 +525,14 @@ class PydanticCodec(Generic[M]):
 
         Example::
 
-            PydanticCodec(Job).model  # Job
+            import pydantic
+
+            from etcd_recipes import PydanticCodec
+
+            class Job(pydantic.BaseModel):
+                id: int
+
+            assert PydanticCodec(Job).model is Job
         """
         return self._model
 
@@ -496,7 +541,15 @@ class PydanticCodec(Generic[M]):
 
         Example::
 
-            PydanticCodec(Job).encode(Job(id=1, name="x"))  # b'{"id":1,"name":"x"}'
+            import pydantic
+
+            from etcd_recipes import PydanticCodec
+
+            class Job(pydantic.BaseModel):
+                id: int
+                name: str
+
+            assert PydanticCodec(Job).encode(Job(id=1, name="x")) == b'{"id":1,"name":"x"}'
         """
         if not isinstance(value, self._model):
             raise CodecError(
@@ -513,7 +566,15 @@ class PydanticCodec(Generic[M]):
 
         Example::
 
-            PydanticCodec(Job).decode(b'{"id":1,"name":"x"}')  # Job(id=1, name='x')
+            import pydantic
+
+            from etcd_recipes import PydanticCodec
+
+            class Job(pydantic.BaseModel):
+                id: int
+                name: str
+
+            assert PydanticCodec(Job).decode(b'{"id":1,"name":"x"}') == Job(id=1, name="x")
         """
         raw = _require_bytes(self, data)
         try:
@@ -528,15 +589,7 @@ class PydanticCodec(Generic[M]):
 # --------------------------------------------------------------------------- helpers
 
 
-@overload
-def as_codec(codec: None) -> BytesCodec: ...
-
-
-@overload
-def as_codec(codec: Codec[T]) -> Codec[T]: ...
-
-
-def as_codec(codec: Codec[Any] | None) -> Codec[Any]:
+def as_codec(codec: Codec[V] | None) -> Codec[V]:
     """Return ``codec``, or :data:`BYTES` when it is ``None`` (the library's default).
 
     Raises :class:`~etcd_recipes.errors.InvalidArgumentError` if ``codec`` lacks ``encode``
@@ -544,11 +597,13 @@ def as_codec(codec: Codec[Any] | None) -> Codec[Any]:
 
     Example::
 
-        as_codec(None) is BYTES   # True
-        as_codec(INT64) is INT64  # True
+        from etcd_recipes import BYTES, INT64, as_codec
+
+        assert as_codec(None) is BYTES
+        assert as_codec(INT64) is INT64
     """
     if codec is None:
-        return BYTES
+        return cast("Codec[V]", BYTES)  # V is bytes here: nothing else can bind it
     if isinstance(codec, type):
         raise InvalidArgumentError(
             f"codec must be an instance, not the class {codec.__name__}; "
@@ -569,8 +624,10 @@ def to_bytes(data: bytes | bytearray | memoryview | str) -> bytes:
 
     Example::
 
-        to_bytes("/locks/é")      # b"/locks/\\xc3\\xa9"
-        to_bytes(bytearray(b"k"))  # b"k"
+        from etcd_recipes import to_bytes
+
+        assert to_bytes("/locks/é") == b"/locks/\\xc3\\xa9"
+        assert to_bytes(bytearray(b"k")) == b"k"
     """
     if isinstance(data, bytes):
         return data

@@ -15,11 +15,13 @@ from etcd_recipes import (
     INT64,
     JSON,
     UTF8,
+    Codec,
     DeadLetter,
     DistributedPriorityQueue,
     DistributedQueue,
     DistributedWorkQueue,
     EtcdClient,
+    as_codec,
 )
 from etcd_recipes import sync as blocking
 
@@ -52,6 +54,11 @@ async def work(client: EtcdClient) -> None:
     text = DistributedWorkQueue(client, "/wq", codec=UTF8)
     assert_type(text, DistributedWorkQueue[str])
     assert_type(await text.dead_letters(), list[DeadLetter[str]])
+
+
+def codecs() -> None:
+    assert_type(as_codec(None), Codec[bytes])
+    assert_type(as_codec(UTF8), Codec[str])
 
 
 def facade(client: blocking.EtcdClient) -> None:

@@ -96,7 +96,11 @@ class DistributedQueue(Recipe, Generic[T], twin_of=_async.DistributedQueue):
 
         Example::
 
-            value = queue.dequeue()
+            from etcd_recipes import DistributedQueue
+
+            queue = DistributedQueue(client, f"{prefix}/q")
+            queue.enqueue(b"job")
+            assert queue.dequeue() == b"job"   # waits while the queue is empty
         """
         return self._rt.call(self._a.dequeue)
 
@@ -105,6 +109,9 @@ class DistributedQueue(Recipe, Generic[T], twin_of=_async.DistributedQueue):
 
         Example::
 
+            from etcd_recipes import DistributedQueue
+
+            queue = DistributedQueue(client, f"{prefix}/q")
             value = queue.try_dequeue()
             if value is None:
                 print("empty")
@@ -116,7 +123,12 @@ class DistributedQueue(Recipe, Generic[T], twin_of=_async.DistributedQueue):
 
         Example::
 
-            value = queue.poll(5.0)
+            from etcd_recipes import DistributedPriorityQueue
+
+            queue = DistributedPriorityQueue(client, f"{prefix}/pq")
+            assert queue.poll(0.2) is None     # nothing came within 0.2 s
+            queue.enqueue(b"job", 3)
+            assert queue.poll(5.0) == b"job"
         """
         return self._rt.call(self._a.poll, timeout)
 
@@ -127,7 +139,11 @@ class DistributedQueue(Recipe, Generic[T], twin_of=_async.DistributedQueue):
 
         Example::
 
-            print("depth:", queue.size())
+            from etcd_recipes import DistributedQueue
+
+            queue = DistributedQueue(client, f"{prefix}/q")
+            queue.enqueue_all([b"a", b"b"])
+            print("depth:", queue.size())      # depth: 2
         """
         return self._rt.call(self._a.size)
 
