@@ -174,14 +174,7 @@ class BytesCodec:
     __slots__ = ()
 
     def encode(self, value: bytes | bytearray | memoryview) -> bytes:
-        """Return ``value`` as ``bytes``.
-
-        Example::
-
-            from etcd_recipes import BYTES
-
-            assert BYTES.encode(memoryview(b"xy")) == b"xy"
-        """
+        """Return ``value`` as ``bytes``."""
         if isinstance(value, bytes):
             return value
         if isinstance(value, (bytearray, memoryview)):
@@ -193,14 +186,7 @@ class BytesCodec:
         )
 
     def decode(self, data: bytes) -> bytes:
-        """Return ``data`` unchanged (as ``bytes``).
-
-        Example::
-
-            from etcd_recipes import BYTES
-
-            assert BYTES.decode(b"xy") == b"xy"
-        """
+        """Return ``data`` unchanged (as ``bytes``)."""
         return _require_bytes(self, data)
 
     def __repr__(self) -> str:
@@ -251,14 +237,7 @@ class StrCodec:
         return self._encoding
 
     def encode(self, value: str) -> bytes:
-        """Return ``value`` encoded as bytes.
-
-        Example::
-
-            from etcd_recipes import UTF8
-
-            assert UTF8.encode("ok") == b"ok"
-        """
+        """Return ``value`` encoded as bytes."""
         if not isinstance(value, str):
             raise CodecError(f"StrCodec.encode expects str, got {_type_name(value)}")
         try:
@@ -267,14 +246,7 @@ class StrCodec:
             raise CodecError(f"cannot encode text as {self._encoding}: {exc}") from exc
 
     def decode(self, data: bytes) -> str:
-        """Return ``data`` decoded to text.
-
-        Example::
-
-            from etcd_recipes import UTF8
-
-            assert UTF8.decode(b"ok") == "ok"
-        """
+        """Return ``data`` decoded to text."""
         raw = _require_bytes(self, data)
         try:
             return raw.decode(self._encoding)
@@ -411,6 +383,7 @@ class JsonCodec:
         assert JSON.encode({"n": 1, "s": "é"}) == b'{"n":1,"s":"\\xc3\\xa9"}'
         ordered = JsonCodec(dumps_kwargs={"sort_keys": True})
         assert ordered.encode({"b": 1, "a": 2}) == b'{"a":2,"b":1}'
+        assert JSON.decode(b'{"a":[1,2]}') == {"a": [1, 2]}
     """
 
     __slots__ = ("_dumps_kwargs", "_loads_kwargs")
@@ -431,14 +404,7 @@ class JsonCodec:
         self._loads_kwargs: dict[str, Any] = dict(loads_kwargs or {})
 
     def encode(self, value: Any) -> bytes:
-        """Return ``value`` serialized as compact UTF-8 JSON.
-
-        Example::
-
-            from etcd_recipes import JSON
-
-            assert JSON.encode([1, None, True]) == b"[1,null,true]"
-        """
+        """Return ``value`` serialized as compact UTF-8 JSON."""
         try:
             text = json.dumps(value, **self._dumps_kwargs)
             return text.encode("utf-8")
@@ -448,14 +414,7 @@ class JsonCodec:
             ) from exc
 
     def decode(self, data: bytes) -> Any:
-        """Return the value parsed from UTF-8 JSON ``data``.
-
-        Example::
-
-            from etcd_recipes import JSON
-
-            assert JSON.decode(b'{"a":[1,2]}') == {"a": [1, 2]}
-        """
+        """Return the value parsed from UTF-8 JSON ``data``."""
         raw = _require_bytes(self, data)
         try:
             return json.loads(raw.decode("utf-8"), **self._loads_kwargs)
@@ -529,9 +488,7 @@ class PydanticCodec(Generic[M]):
 
             from etcd_recipes import PydanticCodec
 
-            class Job(pydantic.BaseModel):
-                id: int
-
+            Job = pydantic.create_model("Job", id=(int, ...))
             assert PydanticCodec(Job).model is Job
         """
         return self._model
@@ -545,10 +502,7 @@ class PydanticCodec(Generic[M]):
 
             from etcd_recipes import PydanticCodec
 
-            class Job(pydantic.BaseModel):
-                id: int
-                name: str
-
+            Job = pydantic.create_model("Job", id=(int, ...), name=(str, ...))
             assert PydanticCodec(Job).encode(Job(id=1, name="x")) == b'{"id":1,"name":"x"}'
         """
         if not isinstance(value, self._model):
@@ -570,10 +524,7 @@ class PydanticCodec(Generic[M]):
 
             from etcd_recipes import PydanticCodec
 
-            class Job(pydantic.BaseModel):
-                id: int
-                name: str
-
+            Job = pydantic.create_model("Job", id=(int, ...), name=(str, ...))
             assert PydanticCodec(Job).decode(b'{"id":1,"name":"x"}') == Job(id=1, name="x")
         """
         raw = _require_bytes(self, data)
