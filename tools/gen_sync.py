@@ -47,7 +47,7 @@ INPUTS: list[tuple[str, list[str]]] = [
     ("etcd_recipes/_core/watch.py", ["Watch"]),
     ("etcd_recipes/_core/lease.py", ["AcquisitionLease", "SelfHealingLease"]),
     ("etcd_recipes/_core/recipe.py", ["Recipe"]),
-    ("etcd_recipes/barrier.py", ["DistributedBarrier"]),
+    ("etcd_recipes/barriers/barrier.py", ["DistributedBarrier"]),
     ("etcd_recipes/counter.py", ["DistributedAtomicLong"]),
     ("etcd_recipes/keyvalue.py", ["TransientKeyValue"]),
     (
@@ -66,14 +66,13 @@ INPUTS: list[tuple[str, list[str]]] = [
     ("etcd_recipes/queues/priority.py", ["DistributedPriorityQueue"]),
     ("etcd_recipes/queues/_item.py", ["WorkItem"]),
     ("etcd_recipes/queues/work.py", ["DistributedWorkQueue"]),
+    ("etcd_recipes/election/selector.py", ["LeaderSelector"]),
+    ("etcd_recipes/election/latch.py", ["LeaderLatch"]),
+    ("etcd_recipes/election/observer.py", ["LeaderObserver", "leadership_events"]),
+    ("etcd_recipes/election/terms.py", ["get_participants"]),
     (
-        "etcd_recipes/election.py",
+        "etcd_recipes/election/server.py",
         [
-            "LeaderSelector",
-            "LeaderLatch",
-            "LeaderObserver",
-            "get_participants",
-            "leadership_events",
             "election_campaign",
             "election_leader",
             "election_observe",
@@ -81,10 +80,8 @@ INPUTS: list[tuple[str, list[str]]] = [
             "election_resign",
         ],
     ),
-    (
-        "etcd_recipes/counted_barrier.py",
-        ["DistributedBarrierWithCount", "DistributedDoubleBarrier"],
-    ),
+    ("etcd_recipes/barriers/counted.py", ["DistributedBarrierWithCount"]),
+    ("etcd_recipes/barriers/double.py", ["DistributedDoubleBarrier"]),
 ]
 """Async modules and the public names (all in the module's ``__all__``) to twin."""
 
@@ -95,15 +92,8 @@ SHARED: list[tuple[str, list[str] | None]] = [
     ("etcd_recipes/_core/watch.py", ["WatchItem"]),
     ("etcd_recipes/codecs.py", None),
     (
-        "etcd_recipes/election.py",
-        [
-            "Elected",
-            "ElectionLeaderKey",
-            "LeadershipEvent",
-            "LeadershipTerm",
-            "Participant",
-            "Vacated",
-        ],
+        "etcd_recipes/election/terms.py",
+        ["Elected", "LeadershipEvent", "LeadershipTerm", "Participant", "Vacated"],
     ),
     ("etcd_recipes/queues/priority.py", ["InvalidPriorityError", "MAX_PRIORITY"]),
     ("etcd_recipes/queues/_config.py", ["WorkQueueConfig"]),
@@ -849,7 +839,8 @@ class Generator:
                         type_params.extend(_slice_items(base))
                     continue
                 is_twin = canon in self.twins
-                if is_twin and own:
+                # The nearest twinned base, also when reached through private bases.
+                if is_twin and not twinned and canon not in twinned_bases:
                     twinned_bases.append(canon)
                     if isinstance(base, ast.Subscript):
                         raise GenError(f"{ctx.path}: generic twinned bases are not supported yet")

@@ -3,7 +3,7 @@
 The convention a docstring example follows (so that it is short and still true):
 
 * it may use three names it does not define: ``endpoints`` (the ``host:port`` of a running
-  etcd), ``prefix`` (a key prefix no other example uses, e.g. ``/doc/lock-py-120``) and, in a
+  etcd, also in ``ETCD_ENDPOINTS`` while the block runs, so ``connect()`` reaches it), ``prefix`` (a key prefix no other example uses, e.g. ``/doc/lock-py-120``) and, in a
   block that uses ``await``, ``client`` (an :class:`~etcd_recipes.EtcdClient` connected to
   ``endpoints``); everything else it defines itself;
 * a block in the async package may ``await`` at top level (it runs inside a coroutine on a
@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import inspect
+import os
 import re
 import threading
 import types
@@ -123,7 +124,7 @@ def _run_in_thread(target: Any) -> None:
     def main() -> None:
         try:
             target()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
+        except BaseException as exc:  # re-raised in the test's thread
             errors.append(exc)
 
     thread = threading.Thread(target=main, name="doc-example", daemon=True)
@@ -136,6 +137,18 @@ def _run_in_thread(target: Any) -> None:
 
 
 def run_example(example: DocExample, endpoints: str) -> None:
+    saved = os.environ.get("ETCD_ENDPOINTS")
+    os.environ["ETCD_ENDPOINTS"] = endpoints
+    try:
+        _run_example(example, endpoints)
+    finally:
+        if saved is None:
+            os.environ.pop("ETCD_ENDPOINTS", None)
+        else:
+            os.environ["ETCD_ENDPOINTS"] = saved
+
+
+def _run_example(example: DocExample, endpoints: str) -> None:
     code = _compile(example)
     ns: dict[str, Any] = {
         "__name__": "__doc_example__",
