@@ -140,10 +140,10 @@ from .lock import (
     server_unlock,
 )
 from .metrics import NOOP_METRICS, EtcdMetrics
-from .queues._config import WorkQueueConfig
-from .queues._dead_letters import DeadLetter
-from .queues._item import WorkItem
+from .queues.config import WorkQueueConfig
+from .queues.dead_letters import DeadLetter
 from .queues.fifo import DistributedQueue
+from .queues.item import WorkItem
 from .queues.priority import MAX_PRIORITY, DistributedPriorityQueue, InvalidPriorityError
 from .queues.work import DistributedWorkQueue
 from .resilience import (

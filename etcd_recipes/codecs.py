@@ -52,16 +52,7 @@ import codecs as _stdlib_codecs
 import json
 import operator
 from collections.abc import Mapping
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    ClassVar,
-    Final,
-    Generic,
-    Protocol,
-    cast,
-    runtime_checkable,
-)
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Generic, Protocol, cast, runtime_checkable
 
 from typing_extensions import TypeVar
 
@@ -88,7 +79,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-V = TypeVar("V", default=bytes)  # as_codec(None): no codec means bytes (PEP 696)
+ValueT = TypeVar("ValueT", default=bytes)
+"""The value type of a recipe with an optional codec: ``bytes`` without one (PEP 696)."""
 M = TypeVar("M", bound="BaseModel")
 
 _BytesLike = (bytes, bytearray, memoryview)
@@ -540,7 +532,7 @@ class PydanticCodec(Generic[M]):
 # --------------------------------------------------------------------------- helpers
 
 
-def as_codec(codec: Codec[V] | None) -> Codec[V]:
+def as_codec(codec: Codec[ValueT] | None) -> Codec[ValueT]:
     """Return ``codec``, or :data:`BYTES` when it is ``None`` (the library's default).
 
     Raises :class:`~etcd_recipes.errors.InvalidArgumentError` if ``codec`` lacks ``encode``
@@ -554,7 +546,7 @@ def as_codec(codec: Codec[V] | None) -> Codec[V]:
         assert as_codec(INT64) is INT64
     """
     if codec is None:
-        return cast("Codec[V]", BYTES)  # V is bytes here: nothing else can bind it
+        return cast("Codec[ValueT]", BYTES)  # nothing binds ValueT: bytes
     if isinstance(codec, type):
         raise InvalidArgumentError(
             f"codec must be an instance, not the class {codec.__name__}; "

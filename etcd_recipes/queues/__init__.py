@@ -17,7 +17,7 @@ take deletes: an item is lost if its consumer dies before processing it); the wo
 delivers **at least once** (an item may be processed twice, so handlers must be idempotent);
 none of them orders work across several consumers, and ``size()`` is advisory.
 
-The public names are exported from :mod:`etcd_recipes` only; the underscore modules here are
-the family's private parts (the shared take side, the work queue's layout, claims, consumer
-lease, sweeps, config and dead letters).
+The public names are exported from :mod:`etcd_recipes` only (``config``, ``dead_letters`` and
+``item`` define the work queue's public value types); the underscore modules are the family's
+private parts: the shared take side, the work queue's layout, claims, consumer lease, sweeps.
 """

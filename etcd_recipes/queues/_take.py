@@ -28,14 +28,13 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, cast
 
 import anyio
-from typing_extensions import TypeVar
 
 from .._core.keys import append_to_path
 from .._core.recipe import Recipe
 from .._core.txn import AnyOp, Cmp, Compare, GetOp, Op
 from .._core.validate import check_timeout
 from .._core.waiting import abort_guard, wait_for_put_under
-from ..codecs import Codec, as_codec, to_bytes
+from ..codecs import Codec, ValueT, as_codec, to_bytes
 from ..errors import (
     EtcdConnectionError,
     EtcdTimeoutError,
@@ -46,9 +45,6 @@ from ..types import DeleteResult, KeyValue, RangeResult, SortOrder, SortTarget, 
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
-
-T = TypeVar("T", default=bytes)
-"""The value type of a queue: ``bytes`` without a codec, else the codec's type (PEP 696)."""
 
 CHAIN = 4  # candidates one take transaction tries, in queue order
 READ = 64  # keys one head read returns (a FIFO window serves several takes)
@@ -252,7 +248,7 @@ def outcome(result: TxnResult) -> tuple[int, TxnResult]:
 # --------------------------------------------------------------------------- the take side
 
 
-class TakeQueue(Recipe, Generic[T]):
+class TakeQueue(Recipe, Generic[ValueT]):
     """The take side both queues share (the reference's ``AbstractQueue``)."""
 
     one_shot = False
@@ -267,18 +263,18 @@ class TakeQueue(Recipe, Generic[T]):
         client: EtcdClient,
         path: str,
         *,
-        codec: Codec[T] | None,
+        codec: Codec[ValueT] | None,
         client_id: str | None,
     ) -> None:
         super().__init__(client, path, client_id=client_id)
-        self.codec: Codec[T] | None = None if codec is None else as_codec(codec)
+        self.codec: Codec[ValueT] | None = None if codec is None else as_codec(codec)
         """The value codec (``None``: raw bytes, ``str`` accepted and UTF-8 encoded)."""
         self._prefix = append_to_path(self.path, "")
         self._cache: list[KeyValue] = []  # FIFO only: the rest of the last window read
         self._reach = 1  # candidates the next take tries (see next_reach)
         self._waits = Waits()
 
-    async def dequeue(self) -> T:
+    async def dequeue(self) -> ValueT:
         """Take the head of the queue, waiting for an item as long as it takes.
 
         Cancellation consumes nothing (see the module docstring).
@@ -293,9 +289,9 @@ class TakeQueue(Recipe, Generic[T]):
         """
         data = await self._take(wait=True, timeout=None)
         assert data is not None
-        return cast(T, decode(self.codec, data))
+        return cast(ValueT, decode(self.codec, data))
 
-    async def try_dequeue(self) -> T | None:
+    async def try_dequeue(self) -> ValueT | None:
         """Take the head if there is one; ``None`` at once when the queue is empty.
 
         Example::
@@ -308,9 +304,9 @@ class TakeQueue(Recipe, Generic[T]):
                 print("empty")
         """
         data = await self._take(wait=False, timeout=None)
-        return None if data is None else cast(T, decode(self.codec, data))
+        return None if data is None else cast(ValueT, decode(self.codec, data))
 
-    async def poll(self, timeout: float) -> T | None:
+    async def poll(self, timeout: float) -> ValueT | None:
         """Take the head, waiting up to ``timeout`` seconds (> 0) for one; ``None`` if none came.
 
         Example::
@@ -323,7 +319,7 @@ class TakeQueue(Recipe, Generic[T]):
             assert await queue.poll(5.0) == b"job"
         """
         data = await self._take(wait=True, timeout=check_timeout(timeout, optional=False))
-        return None if data is None else cast(T, decode(self.codec, data))
+        return None if data is None else cast(ValueT, decode(self.codec, data))
 
     async def size(self) -> int:
         """How many items the queue holds: one count read, advisory (stale once returned).

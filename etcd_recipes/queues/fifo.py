@@ -66,10 +66,9 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Generic
 
 from .._core.keys import append_to_path, pad, random_token
-from .._core.recipe import Recipe
-from ..codecs import Codec
+from ..codecs import Codec, ValueT
 from ..types import KeyValue, RangeResult
-from ._take import T, TakeQueue, check_batch, create, key_millis
+from ._take import TakeQueue, check_batch, create, key_millis
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
@@ -77,7 +76,7 @@ if TYPE_CHECKING:
 __all__ = ["DistributedQueue"]
 
 
-class DistributedQueue(TakeQueue[T], Recipe, Generic[T]):
+class DistributedQueue(TakeQueue[ValueT], Generic[ValueT]):
     """A FIFO queue ordered by etcd's commit order; each item is handed out at most once.
 
     Values are ``bytes`` (``str`` is accepted and UTF-8 encoded); pass ``codec=`` to make the
@@ -102,7 +101,7 @@ class DistributedQueue(TakeQueue[T], Recipe, Generic[T]):
         client: EtcdClient,
         path: str,
         *,
-        codec: Codec[T] | None = None,
+        codec: Codec[ValueT] | None = None,
         client_id: str | None = None,
     ) -> None:
         super().__init__(client, path, codec=codec, client_id=client_id)
@@ -131,7 +130,7 @@ class DistributedQueue(TakeQueue[T], Recipe, Generic[T]):
             kvs = [kv for kv in kvs if kv.mod_revision < kvs[-1].mod_revision]
         return kvs
 
-    async def enqueue(self, value: T | str) -> None:
+    async def enqueue(self, value: ValueT | str) -> None:
         """Append ``value`` (one transaction; its commit revision is its place in the queue).
 
         Example::
@@ -151,7 +150,7 @@ class DistributedQueue(TakeQueue[T], Recipe, Generic[T]):
 
         await create(self._client, key, [data])
 
-    async def enqueue_all(self, values: Iterable[T | str]) -> None:
+    async def enqueue_all(self, values: Iterable[ValueT | str]) -> None:
         """Append every value in **one** transaction: all become visible at the same revision,
         in argument order, or none does. An empty iterable is a no-op.
 

@@ -56,13 +56,12 @@ import time
 from typing import TYPE_CHECKING, Generic
 
 from .._core.keys import append_to_path, pad
-from .._core.recipe import Recipe
 from .._core.txn import Cmp, Op
 from .._core.validate import check_duration, check_int_range
-from ..codecs import Codec
+from ..codecs import Codec, ValueT
 from ..errors import EtcdRecipeError, InvalidArgumentError, RetriesExhaustedError
 from ..types import KeyValue, RangeResult, SortOrder, SortTarget
-from ._take import T, TakeQueue
+from ._take import TakeQueue
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
@@ -95,7 +94,7 @@ class InvalidPriorityError(InvalidArgumentError):
     """
 
 
-class DistributedPriorityQueue(TakeQueue[T], Recipe, Generic[T]):
+class DistributedPriorityQueue(TakeQueue[ValueT], Generic[ValueT]):
     """A priority queue: the lowest priority number is served first, FIFO within a priority;
     each item is handed out at most once.
 
@@ -126,7 +125,7 @@ class DistributedPriorityQueue(TakeQueue[T], Recipe, Generic[T]):
         path: str,
         *,
         minimum_wait_time: float = 0.0,
-        codec: Codec[T] | None = None,
+        codec: Codec[ValueT] | None = None,
         client_id: str | None = None,
     ) -> None:
         super().__init__(client, path, codec=codec, client_id=client_id)
@@ -137,7 +136,7 @@ class DistributedPriorityQueue(TakeQueue[T], Recipe, Generic[T]):
         self._last_write = float("-inf")
         self._enqueue_lock = asyncio.Lock()
 
-    async def enqueue(self, value: T | str, priority: int) -> None:
+    async def enqueue(self, value: ValueT | str, priority: int) -> None:
         """Add ``value`` at ``priority`` (0..65535, lower first; FIFO within a priority).
 
         Raises :class:`InvalidPriorityError` for a priority out of range (nothing is written),

@@ -96,19 +96,15 @@ from .._core.listeners import ListenerSet
 from .._core.recipe import Recipe
 from .._core.validate import check_timeout
 from .._core.waiting import abort_guard, wait_for_put_under
-from ..codecs import Codec, as_codec
+from ..codecs import Codec, ValueT, as_codec
 from ..errors import EtcdRecipeError, InvalidArgumentError, LeaseEventError, LeaseNotFoundError
 from ..events import LeaseEvent, LeaseExpired, LeaseRestored
 from ..types import KeyValue
 from ._claims import Claimer
-from ._config import WorkQueueConfig
 from ._consumer import RECEIVE_CALL, ConsumerLease
-from ._dead_letters import DeadLetter, list_dead, purge_dead, requeue_dead
-from ._item import Claim, WorkItem
 from ._layout import Snapshot, WorkKeys, check_id, item_name, ready_millis
 from ._sweep import promote_matured, reclaim_orphans
 from ._take import (
-    T,
     Waits,
     check_batch,
     create,
@@ -118,6 +114,9 @@ from ._take import (
     now_millis,
     record_latency,
 )
+from .config import WorkQueueConfig
+from .dead_letters import DeadLetter, _list_dead, _purge_dead, _requeue_dead
+from .item import WorkItem, _Claim
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
@@ -131,7 +130,7 @@ _CHAIN_BYTES = 256 * 1024  # payload bytes one claim transaction may carry
 _PREFETCH_TTL = 0.5  # seconds a snapshot read by a claim may start the next receive
 
 
-class DistributedWorkQueue(Recipe, Generic[T]):
+class DistributedWorkQueue(Recipe, Generic[ValueT]):
     """An at-least-once work queue with visibility timeout, dead letters and delayed delivery.
 
     Values are ``bytes`` (``str`` is accepted and UTF-8 encoded); pass ``codec=`` to carry any
@@ -159,7 +158,7 @@ class DistributedWorkQueue(Recipe, Generic[T]):
         path: str,
         config: WorkQueueConfig | None = None,
         *,
-        codec: Codec[T] | None = None,
+        codec: Codec[ValueT] | None = None,
         client_id: str | None = None,
     ) -> None:
         super().__init__(client, path, client_id=client_id)
@@ -167,7 +166,7 @@ class DistributedWorkQueue(Recipe, Generic[T]):
             raise InvalidArgumentError(f"config must be a WorkQueueConfig, not {config!r}")
         self.config: WorkQueueConfig = config or WorkQueueConfig()
         """The queue's settings."""
-        self.codec: Codec[T] | None = None if codec is None else as_codec(codec)
+        self.codec: Codec[ValueT] | None = None if codec is None else as_codec(codec)
         """The value codec (``None``: raw bytes, ``str`` accepted and UTF-8 encoded)."""
         self._keys = WorkKeys.under(self.path)
         self._claimer = Claimer(
@@ -191,7 +190,7 @@ class DistributedWorkQueue(Recipe, Generic[T]):
 
     # ------------------------------------------------------------------ producing
 
-    async def enqueue(self, value: T | str, delay: float | None = None) -> str:
+    async def enqueue(self, value: ValueT | str, delay: float | None = None) -> str:
         """Add ``value``; returns its id. With ``delay`` (seconds) it stays invisible until it
         matures (a delay <= 0 enqueues at once).
 
@@ -224,7 +223,7 @@ class DistributedWorkQueue(Recipe, Generic[T]):
         keys = await create(self._client, key, [data])
         return keys[0].rsplit("/", 1)[-1]
 
-    async def enqueue_all(self, values: Iterable[T | str]) -> list[str]:
+    async def enqueue_all(self, values: Iterable[ValueT | str]) -> list[str]:
         """Add every value in **one** transaction (all visible at once, in argument order, or
         none); returns their ids. An empty iterable is a no-op.
 
@@ -331,7 +330,7 @@ class DistributedWorkQueue(Recipe, Generic[T]):
 
     # ------------------------------------------------------------------ dead letters
 
-    async def dead_letters(self) -> list[DeadLetter[T]]:
+    async def dead_letters(self) -> list[DeadLetter[ValueT]]:
         """The dead-lettered items, oldest id first (one read).
 
         Example::
@@ -350,7 +349,7 @@ class DistributedWorkQueue(Recipe, Generic[T]):
                 await other.aclose()
         """
         self._check_open()
-        return await list_dead(self._client, self._keys, self.codec)
+        return await _list_dead(self._client, self._keys, self.codec)
 
     async def requeue_dead_letter(self, item_id: str) -> bool:
         """Put a dead letter back in the queue (at its original place) with a fresh attempt
@@ -373,7 +372,7 @@ class DistributedWorkQueue(Recipe, Generic[T]):
                 await other.aclose()
         """
         self._check_open()
-        return await requeue_dead(self._client, self._keys, check_id(item_id))
+        return await _requeue_dead(self._client, self._keys, check_id(item_id))
 
     async def purge_dead_letter(self, item_id: str) -> bool:
         """Delete a dead letter for good; ``False`` if there is no such dead letter.
@@ -388,7 +387,7 @@ class DistributedWorkQueue(Recipe, Generic[T]):
                 assert await queue.purge_dead_letter("0001700000000000-abc") is False
         """
         self._check_open()
-        return await purge_dead(self._client, self._keys, check_id(item_id))
+        return await _purge_dead(self._client, self._keys, check_id(item_id))
 
     # ------------------------------------------------------------------ receive internals
 
@@ -508,7 +507,7 @@ class DistributedWorkQueue(Recipe, Generic[T]):
                 name,
                 decode(self.codec, claimed.head.value),
                 claimed.attempt,
-                claim=Claim(self, claimed.head.value, claimed.revision),
+                claim=_Claim(self, claimed.head.value, claimed.revision),
             )
             self._held[name] = item
             return item

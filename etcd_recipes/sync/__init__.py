@@ -139,8 +139,8 @@ from etcd_recipes.events import (
     state_after,
 )
 from etcd_recipes.metrics import NOOP_METRICS, EtcdMetrics
-from etcd_recipes.queues._config import WorkQueueConfig
-from etcd_recipes.queues._dead_letters import DeadLetter
+from etcd_recipes.queues.config import WorkQueueConfig
+from etcd_recipes.queues.dead_letters import DeadLetter
 from etcd_recipes.queues.priority import MAX_PRIORITY, InvalidPriorityError
 from etcd_recipes.resilience import (
     Bounded,
@@ -181,8 +181,8 @@ from etcd_recipes.sync.lock import (
     server_lock,
     server_unlock,
 )
-from etcd_recipes.sync.queues._item import WorkItem
 from etcd_recipes.sync.queues.fifo import DistributedQueue
+from etcd_recipes.sync.queues.item import WorkItem
 from etcd_recipes.sync.queues.priority import DistributedPriorityQueue
 from etcd_recipes.sync.queues.work import DistributedWorkQueue
 from etcd_recipes.sync.semaphore import DistributedSemaphore

@@ -6,9 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Generic
 
-from etcd_recipes.codecs import Codec
+from etcd_recipes.codecs import Codec, ValueT
 from etcd_recipes.queues import fifo as _async
-from etcd_recipes.queues._take import T
 from etcd_recipes.sync._core.recipe import Recipe
 
 if TYPE_CHECKING:
@@ -17,7 +16,7 @@ if TYPE_CHECKING:
 __all__ = ["DistributedQueue"]
 
 
-class DistributedQueue(Recipe, Generic[T], twin_of=_async.DistributedQueue):
+class DistributedQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedQueue):
     """A FIFO queue ordered by etcd's commit order; each item is handed out at most once.
 
     Values are ``bytes`` (``str`` is accepted and UTF-8 encoded); pass ``codec=`` to make the
@@ -37,14 +36,14 @@ class DistributedQueue(Recipe, Generic[T], twin_of=_async.DistributedQueue):
             assert orders.try_dequeue() is None          # empty: at once
     """
 
-    _a: _async.DistributedQueue[T]
+    _a: _async.DistributedQueue[ValueT]
 
     def __init__(
         self,
         client: EtcdClient,
         path: str,
         *,
-        codec: Codec[T] | None = None,
+        codec: Codec[ValueT] | None = None,
         client_id: str | None = None,
     ) -> None:
         value = client._rt.call_sync(
@@ -56,7 +55,7 @@ class DistributedQueue(Recipe, Generic[T], twin_of=_async.DistributedQueue):
         )
         self._bind(client._rt, value, client._owner())
 
-    def enqueue(self, value: T | str) -> None:
+    def enqueue(self, value: ValueT | str) -> None:
         """Append ``value`` (one transaction; its commit revision is its place in the queue).
 
         Example::
@@ -70,7 +69,7 @@ class DistributedQueue(Recipe, Generic[T], twin_of=_async.DistributedQueue):
         """
         self._rt.call(self._a.enqueue, value)
 
-    def enqueue_all(self, values: Iterable[T | str]) -> None:
+    def enqueue_all(self, values: Iterable[ValueT | str]) -> None:
         """Append every value in **one** transaction: all become visible at the same revision,
         in argument order, or none does. An empty iterable is a no-op.
 
@@ -89,7 +88,7 @@ class DistributedQueue(Recipe, Generic[T], twin_of=_async.DistributedQueue):
 
     one_shot = _async.DistributedQueue.one_shot
 
-    def dequeue(self) -> T:
+    def dequeue(self) -> ValueT:
         """Take the head of the queue, waiting for an item as long as it takes.
 
         Cancellation consumes nothing (see the module docstring).
@@ -104,7 +103,7 @@ class DistributedQueue(Recipe, Generic[T], twin_of=_async.DistributedQueue):
         """
         return self._rt.call(self._a.dequeue)
 
-    def try_dequeue(self) -> T | None:
+    def try_dequeue(self) -> ValueT | None:
         """Take the head if there is one; ``None`` at once when the queue is empty.
 
         Example::
@@ -118,7 +117,7 @@ class DistributedQueue(Recipe, Generic[T], twin_of=_async.DistributedQueue):
         """
         return self._rt.call(self._a.try_dequeue)
 
-    def poll(self, timeout: float) -> T | None:
+    def poll(self, timeout: float) -> ValueT | None:
         """Take the head, waiting up to ``timeout`` seconds (> 0) for one; ``None`` if none came.
 
         Example::
@@ -148,6 +147,6 @@ class DistributedQueue(Recipe, Generic[T], twin_of=_async.DistributedQueue):
         return self._rt.call(self._a.size)
 
     @property
-    def codec(self) -> Codec[T] | None:
+    def codec(self) -> Codec[ValueT] | None:
         """The value codec (``None``: raw bytes, ``str`` accepted and UTF-8 encoded)."""
         return self._rt.call_sync(lambda: self._a.codec)

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Generic
 
-from etcd_recipes.codecs import Codec
+from etcd_recipes.codecs import Codec, ValueT
 from etcd_recipes.queues import priority as _async
-from etcd_recipes.queues._take import T
 from etcd_recipes.sync._core.recipe import Recipe
 
 if TYPE_CHECKING:
@@ -16,7 +15,7 @@ if TYPE_CHECKING:
 __all__ = ["DistributedPriorityQueue"]
 
 
-class DistributedPriorityQueue(Recipe, Generic[T], twin_of=_async.DistributedPriorityQueue):
+class DistributedPriorityQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedPriorityQueue):
     """A priority queue: the lowest priority number is served first, FIFO within a priority;
     each item is handed out at most once.
 
@@ -36,7 +35,7 @@ class DistributedPriorityQueue(Recipe, Generic[T], twin_of=_async.DistributedPri
             assert jobs.dequeue() == b"nightly-report"
     """
 
-    _a: _async.DistributedPriorityQueue[T]
+    _a: _async.DistributedPriorityQueue[ValueT]
 
     def __init__(
         self,
@@ -44,7 +43,7 @@ class DistributedPriorityQueue(Recipe, Generic[T], twin_of=_async.DistributedPri
         path: str,
         *,
         minimum_wait_time: float = 0.0,
-        codec: Codec[T] | None = None,
+        codec: Codec[ValueT] | None = None,
         client_id: str | None = None,
     ) -> None:
         value = client._rt.call_sync(
@@ -57,7 +56,7 @@ class DistributedPriorityQueue(Recipe, Generic[T], twin_of=_async.DistributedPri
         )
         self._bind(client._rt, value, client._owner())
 
-    def enqueue(self, value: T | str, priority: int) -> None:
+    def enqueue(self, value: ValueT | str, priority: int) -> None:
         """Add ``value`` at ``priority`` (0..65535, lower first; FIFO within a priority).
 
         Raises :class:`InvalidPriorityError` for a priority out of range (nothing is written),
@@ -85,7 +84,7 @@ class DistributedPriorityQueue(Recipe, Generic[T], twin_of=_async.DistributedPri
 
     one_shot = _async.DistributedPriorityQueue.one_shot
 
-    def dequeue(self) -> T:
+    def dequeue(self) -> ValueT:
         """Take the head of the queue, waiting for an item as long as it takes.
 
         Cancellation consumes nothing (see the module docstring).
@@ -100,7 +99,7 @@ class DistributedPriorityQueue(Recipe, Generic[T], twin_of=_async.DistributedPri
         """
         return self._rt.call(self._a.dequeue)
 
-    def try_dequeue(self) -> T | None:
+    def try_dequeue(self) -> ValueT | None:
         """Take the head if there is one; ``None`` at once when the queue is empty.
 
         Example::
@@ -114,7 +113,7 @@ class DistributedPriorityQueue(Recipe, Generic[T], twin_of=_async.DistributedPri
         """
         return self._rt.call(self._a.try_dequeue)
 
-    def poll(self, timeout: float) -> T | None:
+    def poll(self, timeout: float) -> ValueT | None:
         """Take the head, waiting up to ``timeout`` seconds (> 0) for one; ``None`` if none came.
 
         Example::
@@ -144,6 +143,6 @@ class DistributedPriorityQueue(Recipe, Generic[T], twin_of=_async.DistributedPri
         return self._rt.call(self._a.size)
 
     @property
-    def codec(self) -> Codec[T] | None:
+    def codec(self) -> Codec[ValueT] | None:
         """The value codec (``None``: raw bytes, ``str`` accepted and UTF-8 encoded)."""
         return self._rt.call_sync(lambda: self._a.codec)

@@ -6,22 +6,21 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, overload
 
-from etcd_recipes.codecs import Codec
+from etcd_recipes.codecs import Codec, ValueT
 from etcd_recipes.events import LeaseEvent
 from etcd_recipes.queues import work as _async
-from etcd_recipes.queues._config import WorkQueueConfig
-from etcd_recipes.queues._dead_letters import DeadLetter
-from etcd_recipes.queues._take import T
+from etcd_recipes.queues.config import WorkQueueConfig
+from etcd_recipes.queues.dead_letters import DeadLetter
 from etcd_recipes.sync._core.recipe import Recipe
 
 if TYPE_CHECKING:
     from etcd_recipes.sync.client import EtcdClient
-    from etcd_recipes.sync.queues._item import WorkItem
+    from etcd_recipes.sync.queues.item import WorkItem
 
 __all__ = ["DistributedWorkQueue"]
 
 
-class DistributedWorkQueue(Recipe, Generic[T], twin_of=_async.DistributedWorkQueue):
+class DistributedWorkQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedWorkQueue):
     """An at-least-once work queue with visibility timeout, dead letters and delayed delivery.
 
     Values are ``bytes`` (``str`` is accepted and UTF-8 encoded); pass ``codec=`` to carry any
@@ -41,7 +40,7 @@ class DistributedWorkQueue(Recipe, Generic[T], twin_of=_async.DistributedWorkQue
                 item.ack()
     """
 
-    _a: _async.DistributedWorkQueue[T]
+    _a: _async.DistributedWorkQueue[ValueT]
 
     def __init__(
         self,
@@ -49,7 +48,7 @@ class DistributedWorkQueue(Recipe, Generic[T], twin_of=_async.DistributedWorkQue
         path: str,
         config: WorkQueueConfig | None = None,
         *,
-        codec: Codec[T] | None = None,
+        codec: Codec[ValueT] | None = None,
         client_id: str | None = None,
     ) -> None:
         value = client._rt.call_sync(
@@ -64,7 +63,7 @@ class DistributedWorkQueue(Recipe, Generic[T], twin_of=_async.DistributedWorkQue
 
     one_shot = _async.DistributedWorkQueue.one_shot
 
-    def enqueue(self, value: T | str, delay: float | None = None) -> str:
+    def enqueue(self, value: ValueT | str, delay: float | None = None) -> str:
         """Add ``value``; returns its id. With ``delay`` (seconds) it stays invisible until it
         matures (a delay <= 0 enqueues at once).
 
@@ -81,7 +80,7 @@ class DistributedWorkQueue(Recipe, Generic[T], twin_of=_async.DistributedWorkQue
         """
         return self._rt.call(self._a.enqueue, value, delay)
 
-    def enqueue_all(self, values: Iterable[T | str]) -> list[str]:
+    def enqueue_all(self, values: Iterable[ValueT | str]) -> list[str]:
         """Add every value in **one** transaction (all visible at once, in argument order, or
         none); returns their ids. An empty iterable is a no-op.
 
@@ -174,7 +173,7 @@ class DistributedWorkQueue(Recipe, Generic[T], twin_of=_async.DistributedWorkQue
         """Stop calling ``listener``."""
         self._rt.call_sync(self._a.remove_lease_listener, self._rt.listener(listener))
 
-    def dead_letters(self) -> list[DeadLetter[T]]:
+    def dead_letters(self) -> list[DeadLetter[ValueT]]:
         """The dead-lettered items, oldest id first (one read).
 
         Example::
@@ -236,6 +235,6 @@ class DistributedWorkQueue(Recipe, Generic[T], twin_of=_async.DistributedWorkQue
         return self._rt.call_sync(lambda: self._a.config)
 
     @property
-    def codec(self) -> Codec[T] | None:
+    def codec(self) -> Codec[ValueT] | None:
         """The value codec (``None``: raw bytes, ``str`` accepted and UTF-8 encoded)."""
         return self._rt.call_sync(lambda: self._a.codec)

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic
 
 from .._core.txn import Cmp, Op
-from ..codecs import Codec
+from ..codecs import Codec, ValueT
 from ..types import RangeResult
 from ._layout import WorkKeys, attempts_in, item_name
-from ._take import T, decode
+from ._take import decode
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
@@ -25,7 +25,7 @@ __all__ = ["DeadLetter"]
 
 
 @dataclass(frozen=True)
-class DeadLetter(Generic[T]):
+class DeadLetter(Generic[ValueT]):
     """An item that exhausted ``max_deliveries``: its ``id``, decoded ``value`` and the number
     of ``attempts`` made.
 
@@ -38,11 +38,11 @@ class DeadLetter(Generic[T]):
     """
 
     id: str
-    value: T
+    value: ValueT
     attempts: int
 
 
-async def list_dead(client: EtcdClient, keys: WorkKeys, codec: Codec[Any] | None) -> list[Any]:
+async def _list_dead(client: EtcdClient, keys: WorkKeys, codec: Codec[Any] | None) -> list[Any]:
     """The dead letters, oldest id first, with their attempt counts (one read)."""
     result = await client.txn(
         [], [Op.get(keys.dlq, prefix=True), Op.get(keys.attempts, prefix=True)]
@@ -57,7 +57,7 @@ async def list_dead(client: EtcdClient, keys: WorkKeys, codec: Codec[Any] | None
     ]
 
 
-async def requeue_dead(client: EtcdClient, keys: WorkKeys, name: str) -> bool:
+async def _requeue_dead(client: EtcdClient, keys: WorkKeys, name: str) -> bool:
     """Move dead letter ``name`` back to ``items/`` with a fresh attempt count."""
     kv = await client.get(keys.dlq + name)
     if kv is None:
@@ -73,7 +73,7 @@ async def requeue_dead(client: EtcdClient, keys: WorkKeys, name: str) -> bool:
     return result.succeeded
 
 
-async def purge_dead(client: EtcdClient, keys: WorkKeys, name: str) -> bool:
+async def _purge_dead(client: EtcdClient, keys: WorkKeys, name: str) -> bool:
     """Delete dead letter ``name`` and its attempt count for good."""
     kv = await client.get(keys.dlq + name)
     if kv is None:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 __all__ = ["WorkItem"]
 
 
-class Claim:
+class _Claim:
     """What a :class:`WorkItem` needs to settle its claim."""
 
     __slots__ = ("data", "queue", "revision", "settled")
@@ -52,7 +52,7 @@ class WorkItem:
             assert item.is_settled and item.attempt == 1
     """
 
-    def __init__(self, id: str, value: Any, attempt: int, *, claim: Claim) -> None:
+    def __init__(self, id: str, value: Any, attempt: int, *, claim: _Claim) -> None:
         self.id: str = id
         """The item's name (``<millis%019d>-<r3>``), stable across redeliveries."""
         self.value: Any = value
