@@ -50,15 +50,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
-from ._core.hold import Hold
-from ._core.keys import append_to_path, random_token
-from ._core.lease import validate_ttl
-from ._core.listeners import ListenerSet
-from ._core.recipe import Recipe
-from ._core.txn import Cmp, Op
-from ._core.waiting import abort_guard, wait_for_change
-from .codecs import INT32
-from .errors import (
+from .._core.hold import Hold
+from .._core.keys import append_to_path, random_token
+from .._core.listeners import ListenerSet
+from .._core.recipe import Recipe
+from .._core.txn import Cmp, Op
+from .._core.validate import check_timeout, check_ttl
+from .._core.waiting import abort_guard, wait_for_change
+from ..codecs import INT32
+from ..errors import (
     InvalidArgumentError,
     LeaseEventError,
     LockNotHeldError,
@@ -67,35 +67,33 @@ from .errors import (
     RecipeClosedError,
     SemaphorePermitMismatchError,
 )
-from .events import LeaseEvent, LeaseExpired, LeaseSuspended
-from .lock import (
-    DEFAULT_TTL,
-    LockHold,
-    _check_timeout,
+from ..events import LeaseEvent, LeaseExpired, LeaseSuspended
+from ..types import (
+    EventType,
+    KeyValue,
+    WatchEvent,
+)
+from ._holds import _fire, _Guard, _Held, _lost_while_running, _scoped_body
+from ._session import (
     _deadline_scope,
-    _fire,
-    _Guard,
-    _Held,
     _leased_txn,
-    _lost_while_running,
     _monitor_soon,
     _range,
-    _read_queue,
     _Requeue,
-    _scoped_body,
     _Session,
     _SessionLease,
     _task,
-    _wait_unless_lost,
 )
-from .types import EventType, KeyValue, WatchEvent
+from ._waiters import _read_queue, _wait_unless_lost
+from .hold import DEFAULT_TTL, LockHold
 
 if TYPE_CHECKING:
-    from .client import EtcdClient
+    from ..client import EtcdClient
 
-__all__ = ["DistributedSemaphore", "SemaphorePermitMismatchError"]
+__all__ = ["DistributedSemaphore"]
 
 log = logging.getLogger("etcd_recipes.semaphore")
+
 
 _S = TypeVar("_S", bound="DistributedSemaphore")
 
@@ -147,7 +145,7 @@ class DistributedSemaphore(Recipe):
             raise InvalidArgumentError(f"permits must be an int >= 1, not {permits!r}")
         self.permits = permits
         """The number of permits (the canonical count on the path must match)."""
-        self.lease_ttl = validate_ttl(lease_ttl)
+        self.lease_ttl = check_ttl(lease_ttl)
         """The acquisition lease's TTL in whole seconds."""
         self._permits_key = append_to_path(path, "permits")
         self._holders = append_to_path(path, "holders") + "/"
@@ -237,7 +235,7 @@ class DistributedSemaphore(Recipe):
 
     async def _acquire_permit(self, timeout: float | None) -> _Permit | None:
         self._check_open()
-        _check_timeout(timeout)
+        check_timeout(timeout)
         started = time.monotonic()
         held: _Held | None = None
         with _deadline_scope(timeout) as abort:
@@ -255,7 +253,7 @@ class DistributedSemaphore(Recipe):
                 raise RecipeClosedError(f"{self.exception_context}: aborted by aclose()")
             return None
         held.views.append(self)
-        self._client._resilience.metrics.record_latency(
+        self._client.resilience.metrics.record_latency(
             "semaphore.acquire", time.monotonic() - started
         )
         return _Permit(held)
