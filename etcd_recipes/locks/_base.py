@@ -37,7 +37,7 @@ from ..types import (
     SortTarget,
     TxnResult,
 )
-from ._holds import _fire, _Held, _lost_while_running, _scoped_body, _TaskHold
+from ._holds import _Held, _lost_while_running, _scoped_body, _TaskHold
 from ._session import (
     _deadline_scope,
     _leased_txn,
@@ -231,9 +231,7 @@ class _LockBase(ABC):
             raise LockTimeoutError(f"{self._name}: not acquired within {timeout}s")
         th = self._holds[_task()]
         lost = _lost_while_running(self._name, "lock", th.held, LockLostError)
-        async with _scoped_body(
-            th.held, th.guards, lost, lambda: self._release_task_hold(th)
-        ) as hold:
+        async with _scoped_body(th.held, lost, lambda: self._release_task_hold(th)) as hold:
             yield hold
 
     async def _enter(self) -> None:
@@ -334,9 +332,7 @@ class _LockBase(ABC):
     # ---------------------------------------------------------------- loss and close
 
     def _lost(self, held: _Held, cause: BaseException | None) -> None:
-        for th in list(self._holds.values()):
-            if th.held is held:
-                _fire(th.guards)
+        # The hold has cancelled its scoped bodies already (Hold.scope, one mechanism).
         err = LockLostError(f"{self._name}: the lock was lost ({cause})")
         err.__cause__ = cause
         self._recipe._record_exception(err, "lock-lost")
@@ -348,8 +344,7 @@ class _LockBase(ABC):
             scope.cancel()
         current = asyncio.current_task()
         for th in list(self._holds.values()):
-            if th.task is not current:
-                _fire(th.guards)
+            th.held.hold.cancel_bodies(sparing=current)
         for held in {id(th.held): th.held for th in self._holds.values()}.values():
             await held.release()  # the owners' later release() returns False
 

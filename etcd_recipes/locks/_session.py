@@ -74,11 +74,6 @@ def _task() -> asyncio.Task[Any]:
     return task
 
 
-def _cancelling(task: asyncio.Task[Any]) -> int:
-    count = getattr(task, "cancelling", None)  # Python >= 3.11
-    return int(count()) if count is not None else 0
-
-
 class _SessionLease(AcquisitionLease):
     """The acquisition lease shared by an instance's successive holds (a Go "session").
 

@@ -73,7 +73,7 @@ from ..types import (
     KeyValue,
     WatchEvent,
 )
-from ._holds import _fire, _Guard, _Held, _lost_while_running, _scoped_body
+from ._holds import _Held, _lost_while_running, _scoped_body
 from ._session import (
     _deadline_scope,
     _leased_txn,
@@ -102,11 +102,10 @@ PermitLostListener = Callable[[BaseException | None], Any]
 
 
 class _Permit:
-    __slots__ = ("counted", "guards", "held")
+    __slots__ = ("counted", "held")
 
     def __init__(self, held: _Held) -> None:
         self.held = held
-        self.guards: list[_Guard] = []
         self.counted = False  # counted in the dispossessed tally
 
 
@@ -431,9 +430,7 @@ class DistributedSemaphore(Recipe):
             raise LockTimeoutError(f"{self.exception_context}: no permit within {timeout}s")
         self._scoped.append(permit)
         lost = _lost_while_running(self.exception_context, "permit", permit.held, PermitLostError)
-        async with _scoped_body(
-            permit.held, permit.guards, lost, lambda: self._release_scoped(permit)
-        ) as hold:
+        async with _scoped_body(permit.held, lost, lambda: self._release_scoped(permit)) as hold:
             yield hold
 
     async def _release_scoped(self, permit: _Permit) -> None:
@@ -466,13 +463,12 @@ class DistributedSemaphore(Recipe):
     # ---------------------------------------------------------------- loss and close
 
     def _lost(self, held: _Held, cause: BaseException | None) -> None:
+        # The hold has cancelled a scoped body already (Hold.scope, one mechanism).
         for permit in [*self._stack, *self._scoped]:
-            if permit.held is held:
-                _fire(permit.guards)
-                if permit in self._stack:
-                    self._stack.remove(permit)
-                    permit.counted = True
-                    self._lost_permits.append(permit)
+            if permit.held is held and permit in self._stack:
+                self._stack.remove(permit)
+                permit.counted = True
+                self._lost_permits.append(permit)
         err = PermitLostError(f"{self.exception_context}: a permit was lost ({cause})")
         err.__cause__ = cause
         self._record_exception(err, "permit-lost")
@@ -489,8 +485,7 @@ class DistributedSemaphore(Recipe):
             scope.cancel()
         current = asyncio.current_task()
         for permit in self._scoped:
-            if not permit.guards or permit.guards[0].task is not current:
-                _fire(permit.guards)
+            permit.held.hold.cancel_bodies(sparing=current)
         for permit in [*self._stack, *self._scoped]:
             await permit.held.release()
         for permit in self._stack:
