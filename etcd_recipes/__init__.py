@@ -131,14 +131,11 @@ from .events import (
     state_after,
 )
 from .keyvalue import TransientKeyValue
-from .lock import (
-    DistributedMutex,
-    DistributedReadWriteLock,
-    LockHold,
-    ReadWriteLockView,
-    server_lock,
-    server_unlock,
-)
+from .locks.hold import LockHold
+from .locks.mutex import DistributedMutex
+from .locks.rwlock import DistributedReadWriteLock, ReadWriteLockView
+from .locks.semaphore import DistributedSemaphore
+from .locks.server import server_lock, server_unlock
 from .metrics import NOOP_METRICS, EtcdMetrics
 from .queues.config import WorkQueueConfig
 from .queues.dead_letters import DeadLetter
@@ -156,7 +153,6 @@ from .resilience import (
     RpcResilience,
     WatchResilience,
 )
-from .semaphore import DistributedSemaphore
 from .types import (
     DeleteResult,
     ElectionLeaderKey,

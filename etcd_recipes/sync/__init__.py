@@ -173,19 +173,15 @@ from etcd_recipes.sync.election.server import (
 )
 from etcd_recipes.sync.election.terms import get_participants
 from etcd_recipes.sync.keyvalue import TransientKeyValue
-from etcd_recipes.sync.lock import (
-    DistributedMutex,
-    DistributedReadWriteLock,
-    LockHold,
-    ReadWriteLockView,
-    server_lock,
-    server_unlock,
-)
+from etcd_recipes.sync.locks.hold import LockHold
+from etcd_recipes.sync.locks.mutex import DistributedMutex
+from etcd_recipes.sync.locks.rwlock import DistributedReadWriteLock, ReadWriteLockView
+from etcd_recipes.sync.locks.semaphore import DistributedSemaphore
+from etcd_recipes.sync.locks.server import server_lock, server_unlock
 from etcd_recipes.sync.queues.fifo import DistributedQueue
 from etcd_recipes.sync.queues.item import WorkItem
 from etcd_recipes.sync.queues.priority import DistributedPriorityQueue
 from etcd_recipes.sync.queues.work import DistributedWorkQueue
-from etcd_recipes.sync.semaphore import DistributedSemaphore
 from etcd_recipes.types import (
     DeleteResult,
     ElectionLeaderKey,
