@@ -514,7 +514,7 @@ class _Candidate(Recipe):
         self._changed = asyncio.Event()
 
 
-class LeaderSelector(_Candidate, Recipe):  # Recipe repeated: the sync twin inherits its twin
+class LeaderSelector(_Candidate):
     """Runs for election; when elected, runs ``take_leadership(term)``. Leadership lasts while
     that coroutine runs.
 
@@ -694,7 +694,7 @@ class LeaderSelector(_Candidate, Recipe):  # Recipe repeated: the sync twin inhe
         self._idle.set()
 
 
-class LeaderLatch(_Candidate, Recipe):  # Recipe repeated: the sync twin inherits its twin
+class LeaderLatch(_Candidate):
     """Holds leadership from winning until ``aclose()`` or loss, and contests again by itself
     after a loss.
 
