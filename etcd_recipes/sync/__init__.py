@@ -343,3 +343,11 @@ __all__ = [
     "state_after",
     "to_bytes",
 ]
+
+# Twins report the package they are imported from (as etcd_recipes does), not their module.
+for _value in list(locals().values()):
+    if (isinstance(_value, type) or callable(_value)) and getattr(
+        _value, "__module__", ""
+    ).startswith("etcd_recipes.sync."):
+        _value.__module__ = __name__
+del _value

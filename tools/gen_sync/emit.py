@@ -26,6 +26,14 @@ from .plan import ClassPlan, Member, Plan, out_name
 from .rules import HEADER, PACKAGE_DOC, SYNC_ONLY
 
 TWIN = "etcd_recipes.sync._twin"
+PACKAGE_TAIL = """
+# Twins report the package they are imported from (as etcd_recipes does), not their module.
+for _value in list(locals().values()):
+    if (isinstance(_value, type) or callable(_value)) and getattr(
+        _value, "__module__", ""
+    ).startswith("etcd_recipes.sync."):
+        _value.__module__ = __name__
+del _value"""
 
 
 def ind(level: int) -> str:
@@ -290,7 +298,8 @@ class Emitter:
             exports.setdefault(module, set()).add(name)
         every = sorted({*self.plan.exports, *(n for _, n in SYNC_ONLY)})
         lines = [HEADER.format(source="the export list etcd_recipes/__init__.py"), PACKAGE_DOC]
-        return "\n".join([*lines, *imports(exports, 0), f"__all__ = {every!r}"]) + "\n"
+        body = [*lines, *imports(exports, 0), f"__all__ = {every!r}", PACKAGE_TAIL]
+        return "\n".join(body) + "\n"
 
     # ---------------------------------------------------------------- functions
 
