@@ -30,12 +30,6 @@ class Module:
     defs: dict[str, ast.stmt] = field(default_factory=dict)
     imports: dict[str, tuple[str, str | None]] = field(default_factory=dict)
 
-    def segment(self, node: ast.expr) -> str:
-        """The exact source text of ``node``."""
-        text = ast.get_source_segment(self.source, node)
-        assert text is not None
-        return text
-
     @property
     def package(self) -> str:
         return self.name if self.path.endswith("__init__.py") else self.name.rpartition(".")[0]
@@ -59,13 +53,6 @@ class Index:
         if name not in self._modules:
             self._modules[name] = self._load(name)
         return self._modules[name]
-
-    def by_path(self, path: str) -> Module:
-        name = path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
-        mod = self.module(name)
-        if mod is None:
-            raise GenError(f"{path}: no such module under {self.root}")
-        return mod
 
     def _load(self, name: str) -> Module | None:
         if name != PACKAGE and not name.startswith(PACKAGE + "."):
@@ -131,7 +118,9 @@ class Index:
 
         ``__all__`` must be exactly the union of those names (and nothing is imported twice).
         """
-        mod = self.by_path(EXPORTS)
+        mod = self.module(PACKAGE)
+        if mod is None:
+            raise GenError(f"no {EXPORTS} under {self.root}")
         found: list[tuple[str, list[str]]] = []
         seen: list[str] = []
         declared: list[str] | None = None
@@ -195,7 +184,11 @@ def decorators(fn: Func) -> list[str]:
 def doc_segment(body: list[ast.stmt], ctx: Module) -> str | None:
     first = body[0] if body else None
     if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-        return ctx.segment(first.value) if isinstance(first.value.value, str) else None
+        return (
+            ast.get_source_segment(ctx.source, first.value)
+            if isinstance(first.value.value, str)
+            else None
+        )
     return None
 
 
