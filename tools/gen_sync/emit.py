@@ -8,20 +8,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from .index import (
-    Canon,
-    Func,
-    GenError,
-    Module,
-    decorators,
-    doc_segment,
-    is_async_generator,
-    is_none,
-    parse_str,
-    returns_self,
-    slice_items,
-    split_optional,
-)
+from . import index as ix
+from .index import Canon, Func, GenError, Module
 from .plan import ClassPlan, Member, Plan, out_name
 from .rules import HEADER, PACKAGE_DOC, SYNC_ONLY
 
@@ -102,7 +90,7 @@ class Writer:
 
         def walk(n: ast.expr) -> ast.expr:
             if isinstance(n, ast.Constant) and isinstance(n.value, str):
-                parsed = parse_str(n)
+                parsed = ix.parse_str(n)
                 return n if parsed is n else walk(parsed)
             if isinstance(n, ast.Name):
                 canon = self.index.resolve(ctx.name, n.id)
@@ -175,12 +163,12 @@ class Writer:
         """How a parameter crosses: unwrapped twin, hook, listener or plain."""
         if ann is None:
             return Conversion("plain", None)
-        inner, optional = split_optional(ann)
+        inner, optional = ix.split_optional(ann)
         if self.plan.is_twin(self.index.canon_of(inner, ctx)):
             return Conversion("unwrap", self.text(ann, ctx), optional)
         target, tctx = self.alias_target(inner, ctx)
         if isinstance(target, ast.Subscript) and self.index.is_abc(target.value, tctx, "Callable"):
-            items = slice_items(target)
+            items = ix.slice_items(target)
             if len(items) != 2:
                 raise GenError(f"{ctx.path}: malformed Callable {ast.unparse(target)!r}")
             args, ret = items
@@ -188,7 +176,7 @@ class Writer:
             if isinstance(ret, ast.Subscript) and self.index.is_abc(ret.value, tctx, "Awaitable"):
                 ret_inner = ret.slice
             elif isinstance(ret, ast.Subscript) and self.index.is_abc(ret.value, tctx, "Coroutine"):
-                ret_inner = slice_items(ret)[-1]
+                ret_inner = ix.slice_items(ret)[-1]
             if ret_inner is not ret:
                 sync: ast.expr = ast.Subscript(
                     value=self.rewrite(target.value, tctx),
@@ -199,7 +187,7 @@ class Writer:
                 return Conversion("hook", ast.unparse(sync), optional)
             if self.plan.mentions_async(target, tctx):
                 raise GenError(f"{ctx.path}: cannot twin the callable {ast.unparse(ann)!r}")
-            kind = "listener_nowait" if is_none(ret) else "listener"
+            kind = "listener_nowait" if ix.is_none(ret) else "listener"
             return Conversion(kind, self.text(ann, ctx), optional)
         if self.plan.mentions_async(ann, ctx):
             raise GenError(f"{ctx.path}: cannot twin a parameter of type {ast.unparse(ann)!r}")
@@ -209,9 +197,9 @@ class Writer:
         """How a result crosses: wrapped twin, blocking iterator/context manager, or plain."""
         if ann is None:
             return Conversion("plain", None)
-        if is_none(ann):
+        if ix.is_none(ann):
             return Conversion("none", "None")
-        inner, optional = split_optional(parse_str(ann))
+        inner, optional = ix.split_optional(ix.parse_str(ann))
         if self.plan.is_twin(self.index.canon_of(inner, ctx)):
             return Conversion("twin", self.text(ann, ctx), optional)
         if isinstance(inner, ast.Subscript) and not optional:
@@ -221,12 +209,12 @@ class Writer:
             ):
                 # An @asynccontextmanager is written as an async generator of its one value.
                 kind, wrapper = ("cm", "AbstractContextManager") if cm else ("iter", "Iterator")
-                return self.container(kind, wrapper, slice_items(inner)[0], ctx)
+                return self.container(kind, wrapper, ix.slice_items(inner)[0], ctx)
             if self.index.is_abc(inner.value, ctx, "AsyncContextManager") or head == (
                 "contextlib",
                 "AbstractAsyncContextManager",
             ):
-                return self.container("cm", "AbstractContextManager", slice_items(inner)[0], ctx)
+                return self.container("cm", "AbstractContextManager", ix.slice_items(inner)[0], ctx)
         bad = self.plan.mentions_async(ann, ctx)
         if bad:
             raise GenError(f"{ctx.path}: cannot twin a result of type {ast.unparse(ann)!r} ({bad})")
@@ -234,7 +222,7 @@ class Writer:
 
     def container(self, kind: str, wrapper: str, element: ast.expr, ctx: Module) -> Conversion:
         module = "contextlib" if wrapper == "AbstractContextManager" else "collections.abc"
-        elem_inner, _ = split_optional(parse_str(element))
+        elem_inner, _ = ix.split_optional(ix.parse_str(element))
         twinned = self.plan.is_twin(self.index.canon_of(elem_inner, ctx))
         if not twinned and self.plan.mentions_async(element, ctx):
             raise GenError(f"{ctx.path}: cannot twin {ast.unparse(element)!r} inside {wrapper}")
@@ -251,6 +239,14 @@ class Emitter:
 
     def doc(self, text: str | None, level: int) -> list[str]:
         return [ind(level) + self.usage.doc(text)] if text else []
+
+    def head(
+        self, name: str, params: list[str], returns: str | None, fn: Func, ctx: Module, level: int
+    ) -> list[str]:
+        """``def name(params) -> returns:`` and the docstring of ``fn``, rewritten."""
+        return define(name, params, returns, level) + self.doc(
+            ix.doc_segment(fn.body, ctx), level + 1
+        )
 
     # ---------------------------------------------------------------- modules
 
@@ -365,7 +361,7 @@ class Emitter:
         for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
             if arg.annotation is None or arg.arg in ("self", "cls"):
                 continue
-            inner, optional = split_optional(arg.annotation)
+            inner, optional = ix.split_optional(arg.annotation)
             if not optional and self.plan.is_twin(self.plan.index.canon_of(inner, ctx)):
                 return arg.arg
         return None
@@ -380,10 +376,8 @@ class Emitter:
         params, args, runtime = self.signature(w, fn, ctx, rt)
         result = w.result(fn.returns, ctx)
         x = suffix(params)
-        lines = define(fn.name, params, result.annotation, level) + self.doc(
-            doc_segment(fn.body, ctx), level + 1
-        )
-        is_async = isinstance(fn, ast.AsyncFunctionDef) and not is_async_generator(fn)
+        lines = self.head(fn.name, params, result.annotation, fn, ctx, level)
+        is_async = isinstance(fn, ast.AsyncFunctionDef) and not ix.is_async_generator(fn)
         if runtime is None:
             if result.kind != "twin" or result.optional:
                 raise GenError(
@@ -437,7 +431,7 @@ class Emitter:
         if params:
             bases.append(f"{w.need('typing', 'Generic')}[{params}]")
         lines = [f"class {plan.name}({', '.join(bases)}, twin_of=_async.{plan.name}):"]
-        lines += self.doc(doc_segment(plan.node.body, ctx), 1)
+        lines += self.doc(ix.doc_segment(plan.node.body, ctx), 1)
         lines.append(f"{ind(1)}_a: _async.{plan.name}{f'[{params}]' if params else ''}")
         if plan.init is not None:
             lines += self.init_text(w, plan)
@@ -455,7 +449,7 @@ class Emitter:
             return []  # created by factories only (SyncTwin.__init__ explains that)
         params, args, _ = self.signature(w, fn, ctx, f"{runtime}._rt")
         lines = self.overload_stubs(w, overloads, "__init__", ctx)
-        lines += define("__init__", params, "None", 1) + self.doc(doc_segment(fn.body, ctx), 2)
+        lines += self.head("__init__", params, "None", fn, ctx, 1)
         x = suffix(params)
         lines += call(f"{runtime}._rt.call_sync", [f"_async.{plan.name}", *args], 2, f"value{x} = ")
         return [*lines, f"{ind(2)}self._bind({runtime}._rt, value{x}, {runtime}._owner())"]
@@ -481,7 +475,7 @@ class Emitter:
             return [f"{ind(1)}{m.name}{ann} = _async.{plan.name}.{m.name}"]
         fn = m.node
         assert isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
-        decs = [d for d in decorators(fn) if d not in ("abstractmethod", "abc.abstractmethod")]
+        decs = [d for d in ix.decorators(fn) if d not in ("abstractmethod", "abc.abstractmethod")]
         acm = any(d.endswith("asynccontextmanager") for d in decs)
         decs = [d for d in decs if not d.endswith("asynccontextmanager")]
         static = decs in (["staticmethod"], ["classmethod"])
@@ -492,52 +486,35 @@ class Emitter:
             return [f"{ind(1)}@{decs[0]}", *self.function_text(w, fn, ctx, target, 1)]
         name = self.usage.rename(m.name)
         params, args, _ = self.signature(w, fn, ctx, "self._rt")
-        if m.name == "__aiter__" and has_next and returns_self(fn):
+        if m.name == "__aiter__" and has_next and ix.returns_self(fn):
             return [
                 *define(name, params, w.result(fn.returns, ctx).annotation, 1),
                 f"{ind(2)}return self",
             ]
         result = w.result(fn.returns, ctx, cm=acm)
         lines = self.overload_stubs(w, m.overloads, name, ctx, cm=acm)
-        lines += define(name, params, result.annotation, 1) + self.doc(doc_segment(fn.body, ctx), 2)
+        lines += self.head(name, params, result.annotation, fn, ctx, 1)
         x = suffix(params)
         if m.name == "__aenter__":
             if result.kind not in ("twin", "plain") or result.annotation is None:
                 raise GenError(f"cannot twin __aenter__ returning {result.annotation}")
             value = f"self._twin(value{x})" if result.kind == "twin" else f"value{x}"
-            return [
-                *lines,
-                f"{ind(2)}try:",
-                f"{ind(3)}value{x} = self._rt.enter(self, self._a)",
-                f"{ind(2)}except BaseException:",
-                f"{ind(3)}self._release()",
-                f"{ind(3)}raise",
-                f"{ind(2)}result{x}: {result.annotation} = {value}",
-                f"{ind(2)}return result{x}",
-            ]
-        if m.name == "__aexit__":
-            exit_call = f"self._rt.exit({', '.join(['self', *args])})"
-            body = [f"{ind(3)}{exit_call}"]
-            if result.kind != "none":
-                body = [
-                    f"{ind(3)}result{x}: {result.annotation} = {exit_call}",
-                    f"{ind(3)}return result{x}",
-                ]
-            return [*lines, f"{ind(2)}try:", *body, f"{ind(2)}finally:", f"{ind(3)}self._release()"]
+            enter = f"value{x} = self._rt.enter(self, self._a)"
+            body = ["try:", f"    {enter}", "except BaseException:", "    self._release()"]
+            body += ["    raise", f"result{x}: {result.annotation} = {value}", f"return result{x}"]
+            return lines + [ind(2) + line for line in body]
+        if m.name in ("__aexit__", "aclose"):
+            done = f"self._rt.exit({', '.join(['self', *args])})"
+            if m.name == "aclose":
+                done = f"self._rt.call_closing({', '.join(['self._a.aclose', *args])})"
+            body = [done] if result.kind == "none" else [f"result{x}: {result.annotation} = {done}"]
+            body += [] if result.kind == "none" else [f"return result{x}"]
+            body = ["try:", *(f"    {b}" for b in body), "finally:", "    self._release()"]
+            return lines + [ind(2) + line for line in body]
         if m.name == "__anext__":
-            return lines + self.forward(
-                w, result, "self._rt.next", ["self._a.__anext__"], "self", 2, ""
-            )
-        if m.name == "aclose":
-            closing = call("self._rt.call_closing", ["self._a.aclose", *args], 3)
-            return [
-                *lines,
-                f"{ind(2)}try:",
-                *closing,
-                f"{ind(2)}finally:",
-                f"{ind(3)}self._release()",
-            ]
-        is_async = isinstance(fn, ast.AsyncFunctionDef) and not is_async_generator(fn)
+            anext = ["self._a.__anext__"]
+            return lines + self.forward(w, result, "self._rt.next", anext, "self", 2, "")
+        is_async = isinstance(fn, ast.AsyncFunctionDef) and not ix.is_async_generator(fn)
         if is_async and result.kind in ("iter", "cm"):
             raise GenError(f"{ctx.path}: async {m.name} returning {result.annotation}")
         method = "self._rt.call" if is_async else "self._rt.call_sync"
@@ -550,7 +527,7 @@ class Emitter:
             assert isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
             if isinstance(fn, ast.AsyncFunctionDef):
                 raise GenError(f"{ctx.path}: async property {m.name}")
-            ann, doc = fn.returns, doc_segment(fn.body, ctx)
+            ann, doc = fn.returns, ix.doc_segment(fn.body, ctx)
         else:
             ann, doc = m.annotation, m.doc
         result = w.result(ann, m.ann_ctx or ctx)

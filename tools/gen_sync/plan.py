@@ -6,17 +6,8 @@ import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .index import (
-    ABC,
-    Canon,
-    Func,
-    GenError,
-    Index,
-    Module,
-    decorators,
-    doc_segment,
-    slice_items,
-)
+from . import index as ix
+from .index import ABC, Canon, Func, GenError, Index, Module
 from .rules import PACKAGE, SPECIAL, Usage
 
 ASYNC_TYPES = {"AsyncIterator", "AsyncIterable", "AsyncGenerator", "AsyncContextManager"}
@@ -230,7 +221,7 @@ class Plan:
             pending: dict[str, list[Func]] = {}
             for stmt in cls.body:
                 if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    decs = decorators(stmt)
+                    decs = ix.decorators(stmt)
                     if "overload" in decs or "typing.overload" in decs:
                         pending.setdefault(stmt.name, []).append(stmt)
                         continue
@@ -266,7 +257,7 @@ class Plan:
                 is_twin = canon in self.twins
                 if own and isinstance(base, ast.Subscript) and not is_twin:
                     known = {ast.dump(p) for p in type_params}
-                    for p in slice_items(base):
+                    for p in ix.slice_items(base):
                         tv = self.index.canon_of(p, ctx)
                         if ast.dump(p) not in known and tv and self.typevar(tv) is not None:
                             type_params.append(p)
@@ -312,7 +303,7 @@ class Plan:
             if ann is None:
                 assert isinstance(stmt, ast.Assign)
                 ann, ann_ctx = self.infer(stmt.value, params, ctx, target.attr)
-            doc = doc_segment(init.body[i + 1 : i + 2], ctx)
+            doc = ix.doc_segment(init.body[i + 1 : i + 2], ctx)
             head = ann.value if isinstance(ann, ast.Subscript) else ann
             if self.usage.opaque(self.index.canon_of(head, ann_ctx)):
                 continue
