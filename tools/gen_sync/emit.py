@@ -6,6 +6,7 @@ The text is valid Python but not pretty: :mod:`tools.gen_sync.output` formats it
 from __future__ import annotations
 
 import ast
+import copy
 from dataclasses import dataclass
 
 from . import index as ix
@@ -87,38 +88,33 @@ class Writer:
 
     def rewrite(self, node: ast.expr, ctx: Module, *, runtime: bool = False) -> ast.expr:
         """Copy an annotation/default with names resolved, twinned, and imported."""
+        writer = self
 
-        def walk(n: ast.expr) -> ast.expr:
-            if isinstance(n, ast.Constant) and isinstance(n.value, str):
-                parsed = ix.parse_str(n)
-                return n if parsed is n else walk(parsed)
-            if isinstance(n, ast.Name):
-                canon = self.index.resolve(ctx.name, n.id)
-                if canon in self.plan.twins:
-                    twin = self.plan.twins[canon]
-                    return ast.Name(self.need(twin, canon[1], type_only=not runtime))
-                if self.plan.typevar(canon) is not None:  # redefined in the twin module
-                    self.typevars[canon[1]] = canon
-                    return ast.Name(self.need(self.out_module, canon[1]))
-                return ast.Name(self.need(*canon))
-            if isinstance(n, ast.Attribute):
-                return ast.Attribute(value=walk(n.value), attr=n.attr)
-            if isinstance(n, ast.Subscript):
-                value = walk(n.value)
-                if self.index.is_abc(n.value, ctx, "Literal"):  # strings there are values
-                    return ast.Subscript(value=value, slice=n.slice)
-                return ast.Subscript(value=value, slice=walk(n.slice))
-            if isinstance(n, (ast.Tuple, ast.List)):
-                return type(n)(elts=[walk(e) for e in n.elts])
-            if isinstance(n, ast.BinOp):
-                return ast.BinOp(left=walk(n.left), op=n.op, right=walk(n.right))
-            if isinstance(n, ast.UnaryOp):
-                return ast.UnaryOp(op=n.op, operand=walk(n.operand))
-            if isinstance(n, ast.Constant):
-                return ast.Constant(n.value)
-            raise GenError(f"{ctx.path}:{n.lineno}: unsupported expression {ast.unparse(n)!r}")
+        class Names(ast.NodeTransformer):
+            def visit_Constant(self, n: ast.Constant) -> ast.AST:
+                parsed = ix.parse_str(n)  # a forward reference
+                return n if parsed is n else self.visit(parsed)
 
-        return walk(node)
+            def visit_Name(self, n: ast.Name) -> ast.AST:
+                return ast.Name(writer.name_for(writer.index.resolve(ctx.name, n.id), runtime))
+
+            def visit_Subscript(self, n: ast.Subscript) -> ast.AST:
+                if writer.index.is_abc(n.value, ctx, "Literal"):  # strings there are values
+                    return ast.Subscript(value=self.visit(n.value), slice=n.slice)
+                return self.generic_visit(n)
+
+        result = Names().visit(copy.deepcopy(node))
+        assert isinstance(result, ast.expr)
+        return result
+
+    def name_for(self, canon: Canon, runtime: bool) -> str:
+        """The name to write for ``canon``: its twin, a local TypeVar, or an import."""
+        if canon in self.plan.twins:
+            return self.need(self.plan.twins[canon], canon[1], type_only=not runtime)
+        if self.plan.typevar(canon) is not None:  # redefined in the twin module
+            self.typevars[canon[1]] = canon
+            return self.need(self.out_module, canon[1])
+        return self.need(*canon)
 
     def text(self, node: ast.expr, ctx: Module) -> str:
         return ast.unparse(self.rewrite(node, ctx))
