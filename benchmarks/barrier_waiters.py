@@ -19,8 +19,7 @@ import time
 
 import psutil
 
-from etcd_recipes import connect
-from etcd_recipes.barrier import DistributedBarrier
+from etcd_recipes import DistributedBarrier, connect
 from etcd_recipes.testing import EtcdServer
 
 

@@ -8,7 +8,7 @@ Run by hand (not part of the test suite)::
                                             [--json out.json]
 
 Starts its own etcd unless ``--endpoint`` is given. ``--candidates`` processes each run one
-:class:`~etcd_recipes.election.LeaderLatch` on the same path (this script, re-run with
+:class:`~etcd_recipes.LeaderLatch` on the same path (this script, re-run with
 ``--child``). For every run the current leader's process is either
 
 * **killed** with SIGKILL: its term lease must expire on the server before anyone else can
@@ -41,8 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from etcd_recipes import connect
-from etcd_recipes.election import LeaderLatch
+from etcd_recipes import LeaderLatch, connect
 from etcd_recipes.testing import EtcdServer
 
 PATH = "/bench/election"

@@ -15,8 +15,7 @@ import logging
 import sys
 import time
 
-from etcd_recipes import Cmp, Op, WatchEvent, connect
-from etcd_recipes.barrier import DistributedBarrier
+from etcd_recipes import Cmp, DistributedBarrier, Op, WatchEvent, connect
 from etcd_recipes.counter import DistributedAtomicLong
 from etcd_recipes.testing import EtcdServer
 

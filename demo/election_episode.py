@@ -13,8 +13,7 @@ import signal
 import sys
 from collections.abc import Callable
 
-from etcd_recipes import connect
-from etcd_recipes.election import Elected, LeaderLatch, LeaderObserver
+from etcd_recipes import Elected, LeaderLatch, LeaderObserver, connect
 
 from ._children import reap, spawn
 

@@ -36,7 +36,9 @@ from ._core.txn import (
     TxnOp,
 )
 from ._core.watch import Watch, WatchItem
-from .barrier import DistributedBarrier
+from .barriers.barrier import DistributedBarrier
+from .barriers.counted import DistributedBarrierWithCount
+from .barriers.double import DistributedDoubleBarrier
 from .client import EtcdClient, connect
 from .codecs import (
     BYTES,
@@ -54,25 +56,24 @@ from .codecs import (
     as_codec,
     to_bytes,
 )
-from .counted_barrier import DistributedBarrierWithCount, DistributedDoubleBarrier
 from .counter import DistributedAtomicLong
-from .election import (
-    Elected,
-    ElectionLeaderKey,
-    LeaderLatch,
-    LeaderObserver,
-    LeaderSelector,
-    LeadershipEvent,
-    LeadershipTerm,
-    Participant,
-    Vacated,
+from .election.latch import LeaderLatch
+from .election.observer import LeaderObserver, leadership_events
+from .election.selector import LeaderSelector
+from .election.server import (
     election_campaign,
     election_leader,
     election_observe,
     election_proclaim,
     election_resign,
+)
+from .election.terms import (
+    Elected,
+    LeadershipEvent,
+    LeadershipTerm,
+    Participant,
+    Vacated,
     get_participants,
-    leadership_events,
 )
 from .errors import (
     AlreadyStartedError,
@@ -153,6 +154,7 @@ from .resilience import (
 from .semaphore import DistributedSemaphore
 from .types import (
     DeleteResult,
+    ElectionLeaderKey,
     EventType,
     KeyValue,
     LeaseGrant,

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import math
 import os
-from collections.abc import Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -33,6 +35,7 @@ import anyio
 import grpc
 from aetcd import rpc as pb
 
+from . import _proto_election as election_pb
 from ._core.endpoints import ChannelSpec, build_channel
 from ._core.keys import key_bytes, prefix_range_end
 from ._core.lease import (
@@ -43,22 +46,28 @@ from ._core.lease import (
     validate_ttl,
 )
 from ._core.rpc import AuthManager, RpcRunner, await_call, await_stream_op, map_grpc_error
-from ._core.txn import AnyOp, Compare, DeleteOp, GetOp, PutOp, TxnOp
+from ._core.txn import AnyOp, Cmp, Compare, DeleteOp, GetOp, Op, PutOp, TxnOp
+from ._core.validate import check_lease_id, check_timeout
+from ._core.waiting import abort_guard
 from ._core.watch import ResyncHook, Watch, WatchHub
+from ._proto import v3lock
 from .codecs import Codec, to_bytes
 from .errors import (
     ClientClosedError,
     EtcdConnectionError,
     EtcdRecipeError,
+    EtcdServerError,
     EtcdTimeoutError,
     ForkedProcessError,
     InvalidArgumentError,
+    LockTimeoutError,
     TlsHandshakeError,
     WrongEventLoopError,
 )
 from .resilience import LeaseResilience, ResilienceConfig, RpcResilience, WatchResilience
 from .types import (
     DeleteResult,
+    ElectionLeaderKey,
     KeyValue,
     LeaseGrant,
     LeaseInfo,
@@ -333,9 +342,10 @@ class EtcdClient:
         keys_only: bool = False,
         count_only: bool = False,
         serializable: bool = False,
+        max_create_revision: int = 0,
     ) -> Any:
-        if limit < 0 or revision < 0:
-            raise InvalidArgumentError("limit and revision must be >= 0")
+        if limit < 0 or revision < 0 or max_create_revision < 0:
+            raise InvalidArgumentError("limit, revision and max_create_revision must be >= 0")
         k = self._k(key)
         return pb.RangeRequest(
             key=k,
@@ -347,6 +357,7 @@ class EtcdClient:
             keys_only=keys_only,
             count_only=count_only,
             serializable=serializable,
+            max_create_revision=max_create_revision,
         )
 
     def _range_result(self, resp: Any) -> RangeResult:
@@ -388,15 +399,28 @@ class EtcdClient:
         keys_only: bool = False,
         count_only: bool = False,
         serializable: bool = False,
+        max_create_revision: int = 0,
         timeout: float | None = _UNSET,
     ) -> RangeResult:
         """Read a key, a prefix (``prefix=True``) or the range ``[key, range_end)``.
 
+        ``max_create_revision`` keeps only keys created at or before that revision (``0``: no
+        filter). Always one plain ``Range`` RPC, never a read-only transaction (etcd 3.5.0 and
+        3.5.1 panic when a read-only ``Txn`` is cancelled in flight).
+
         Example::
 
-            first = await client.range("/q/", prefix=True, sort_target=SortTarget.MOD,
-                                       sort_order=SortOrder.ASCEND, limit=1)
-            n = (await client.range("/q/", prefix=True, count_only=True)).count
+            from etcd_recipes import SortOrder, SortTarget
+
+            first = (await client.put(prefix + "/q/a", b"1")).revision
+            await client.put(prefix + "/q/b", b"2")
+            oldest = await client.range(prefix + "/q/", prefix=True, limit=1,
+                                        sort_target=SortTarget.CREATE,
+                                        sort_order=SortOrder.ASCEND)
+            assert oldest.kvs[0].value == b"1"
+            assert (await client.range(prefix + "/q/", prefix=True, count_only=True)).count == 2
+            early = await client.range(prefix + "/q/", prefix=True, max_create_revision=first)
+            assert [kv.value for kv in early] == [b"1"]
         """
         req = self._range_request(
             key,
@@ -409,6 +433,7 @@ class EtcdClient:
             keys_only=keys_only,
             count_only=count_only,
             serializable=serializable,
+            max_create_revision=max_create_revision,
         )
         resp = await self._call("range", "Range", pb.KVStub, req, timeout=timeout)
         return self._range_result(resp)
@@ -572,6 +597,257 @@ class EtcdClient:
         """Discard history older than ``revision`` (watches below it get a compaction error)."""
         req = pb.CompactionRequest(revision=revision, physical=physical)
         await self._call("compact", "Compact", pb.KVStub, req, timeout=timeout)
+
+    # ------------------------------------------------------------------ lock service
+
+    def _service_call(
+        self,
+        op: str,
+        factory: Callable[[Any], Any],
+        request: Any,
+        *,
+        retry: bool = True,
+        timeout: float | None = _UNSET,
+    ) -> Coroutine[Any, Any, Any]:
+        """A unary call of a vendored service (``_proto``) through the funnel; ``factory``
+        makes the multicallable from the channel, once per client."""
+        channel = self._channel_or_raise()
+        fn = self._stubs.get(factory)
+        if fn is None:
+            fn = self._stubs[factory] = factory(channel)
+        return self._runner.call(op, fn, request, retry=retry, timeout=timeout)
+
+    async def lock(
+        self, name: bytes | str, lease_id: int, *, timeout: float | None = None
+    ) -> bytes:
+        """Acquire ``name`` through etcd's own lock service (the v3lock ``Lock`` RPC).
+
+        The server queues ``<name>/<lease id in hex>`` and answers once it owns the lock; the
+        key returned lives while the lease does. Keep ``lease_id`` alive yourself (for example
+        with :meth:`lease`) and give the key to :meth:`unlock`. Never retried. On timeout (or
+        cancellation) the waiter key is removed; a timeout raises
+        :class:`~etcd_recipes.errors.LockTimeoutError`.
+
+        Prefer :class:`~etcd_recipes.DistributedMutex` (same key layout): the server-side wait
+        hands a contended lock over at most about every 100 ms, and loss is not reported.
+
+        Example::
+
+            async with client.lease(10) as lease:
+                key = await client.lock(prefix + "/job", lease.id, timeout=5)
+                try:
+                    assert (await client.get(key)) is not None
+                finally:
+                    await client.unlock(key)
+        """
+        check_lease_id(lease_id, what="server_lock()")
+        timeout = check_timeout(timeout)
+        name_bytes = key_bytes(name)
+        key = name_bytes + b"/" + f"{lease_id:x}".encode()
+        request = v3lock.LockRequest(name=self._k(name_bytes), lease=lease_id)
+
+        async def cleanup() -> None:  # the lock may have been granted in the last instant
+            await self.delete(key)
+
+        async with abort_guard(cleanup, what=f"server_lock({name_bytes!r}): removing the waiter"):
+            response: Any = None
+            with anyio.move_on_after(timeout):
+                # No gRPC deadline: the wait is bounded here, and the waiter key removed.
+                response = await self._service_call(
+                    "lock", v3lock.lock_method, request, retry=False, timeout=None
+                )
+            if response is None:
+                raise LockTimeoutError(
+                    f"server_lock({name_bytes!r}): not acquired within {timeout}s"
+                )
+        return self._strip(bytes(response.key))
+
+    async def unlock(self, key: bytes | str) -> None:
+        """Release a lock taken with :meth:`lock` (the v3lock ``Unlock`` RPC: it deletes
+        ``key``). Idempotent.
+
+        Example::
+
+            async with client.lease(10) as lease:
+                key = await client.lock(prefix + "/job", lease.id)
+                await client.unlock(key)
+                await client.unlock(key)  # already released: nothing happens
+                assert (await client.get(key)) is None
+        """
+        request = v3lock.UnlockRequest(key=self._k(key_bytes(key)))
+        await self._service_call("unlock", v3lock.unlock_method, request)
+
+    # ------------------------------------------------------------------ election service
+
+    def _leader_key_pb(self, leader: ElectionLeaderKey) -> Any:
+        return election_pb.MESSAGES["LeaderKey"](
+            name=self._k(leader.name),
+            key=self._k(leader.key),
+            rev=leader.revision,
+            lease=leader.lease,
+        )
+
+    def _election_call(
+        self, rpc: str, request: Any, *, retry: bool = True, timeout: float | None = _UNSET
+    ) -> Coroutine[Any, Any, Any]:
+        factory = _ELECTION_METHODS[rpc]
+        return self._service_call(
+            _ELECTION_OPS[rpc], factory, request, retry=retry, timeout=timeout
+        )
+
+    async def election_campaign(
+        self,
+        name: bytes | str,
+        value: bytes | str,
+        *,
+        lease: int,
+        timeout: float | None = None,
+    ) -> ElectionLeaderKey:
+        """Campaign in etcd's election service (``etcdctl elect``, Go's
+        ``concurrency.Election``): blocks until this campaign leads ``name``, with ``value``
+        proclaimed.
+
+        ``lease`` must be a live lease you keep alive (:meth:`lease`); leadership ends when it
+        does. ``timeout`` bounds the wait (:class:`~etcd_recipes.errors.EtcdTimeoutError`).
+        Never retried. Cancelled or timed out, the campaign's key ``<name>/<lease hex>`` is
+        deleted. Prefer :class:`~etcd_recipes.LeaderSelector` /
+        :class:`~etcd_recipes.LeaderLatch`, which manage leases, loss and fencing.
+
+        Example::
+
+            async with client.lease(10) as lease:
+                leader = await client.election_campaign(prefix + "/jobs", "node-1",
+                                                        lease=lease.id, timeout=5)
+                assert leader.key == f"{prefix}/jobs/{lease.id:x}".encode()
+                await client.election_resign(leader)
+        """
+        check_lease_id(lease, what="election_campaign()")
+        timeout = check_timeout(timeout)
+        raw_name = key_bytes(name)
+        own_key = raw_name + b"/" + f"{lease:x}".encode()
+        request = election_pb.MESSAGES["CampaignRequest"](
+            name=self._k(raw_name), lease=lease, value=to_bytes(value)
+        )
+
+        async def withdraw() -> None:
+            await self.txn([Cmp.lease(own_key) == lease], [Op.delete(own_key)])
+
+        async with abort_guard(withdraw, what=f"election_campaign({raw_name!r}): withdraw"):
+            try:
+                resp = await self._election_call(
+                    "Campaign",
+                    request,
+                    retry=False,
+                    timeout=None if timeout == math.inf else timeout,
+                )
+            except EtcdServerError as exc:
+                if "deadline exceeded" in exc.details.lower():
+                    raise EtcdTimeoutError(
+                        f"election_campaign({raw_name!r}): not elected within {timeout}s"
+                    ) from exc
+                raise
+        leader = resp.leader
+        return ElectionLeaderKey(
+            self._strip(bytes(leader.name)),
+            self._strip(bytes(leader.key)),
+            int(leader.rev),
+            int(leader.lease),
+        )
+
+    async def election_proclaim(self, leader: ElectionLeaderKey, value: bytes | str) -> None:
+        """Publish a new ``value`` for a leadership won with :meth:`election_campaign`.
+
+        Raises :class:`~etcd_recipes.errors.NotLeaderError` if that leadership is over.
+
+        Example::
+
+            async with client.lease(10) as lease:
+                leader = await client.election_campaign(prefix, "node-1", lease=lease.id)
+                await client.election_proclaim(leader, "node-1 (draining)")
+                assert (await client.election_leader(prefix)).text == "node-1 (draining)"
+                await client.election_resign(leader)
+        """
+        request = election_pb.MESSAGES["ProclaimRequest"](
+            leader=self._leader_key_pb(leader), value=to_bytes(value)
+        )
+        await self._election_call("Proclaim", request)
+
+    async def election_leader(self, name: bytes | str) -> KeyValue | None:
+        """The current leader's key and proclaimed value for ``name``, or ``None`` without one.
+
+        Example::
+
+            assert await client.election_leader(prefix) is None
+            async with client.lease(10) as lease:
+                leader = await client.election_campaign(prefix, "node-1", lease=lease.id)
+                kv = await client.election_leader(prefix)
+                assert kv is not None and kv.key == leader.key and kv.text == "node-1"
+                await client.election_resign(leader)
+        """
+        request = election_pb.MESSAGES["LeaderRequest"](name=self._k(key_bytes(name)))
+        try:
+            resp = await self._election_call("Leader", request)
+        except EtcdServerError as exc:
+            if "election: no leader" in exc.details:
+                return None
+            raise
+        return self._kv(resp.kv)
+
+    async def election_observe(self, name: bytes | str) -> AsyncIterator[KeyValue]:
+        """The leader of ``name`` (when there is one) and every later proclamation or new
+        leader.
+
+        etcd's ``Observe`` never reports that an election became vacant -- use
+        :class:`~etcd_recipes.LeaderObserver` for that. The stream is cancelled when the
+        iteration stops (close the iterator, e.g. with ``contextlib.aclosing``, to stop early).
+
+        Example::
+
+            import contextlib
+
+            async with client.lease(10) as lease:
+                leader = await client.election_campaign(prefix, "v1", lease=lease.id)
+                async with contextlib.aclosing(client.election_observe(prefix)) as seen:
+                    async for kv in seen:
+                        if kv.text == "v1":
+                            await client.election_proclaim(leader, "v2")
+                        else:
+                            assert kv.text == "v2"
+                            break
+                await client.election_resign(leader)
+        """
+        request = election_pb.MESSAGES["LeaderRequest"](name=self._k(key_bytes(name)))
+        call = election_pb.stream_method(self._channel_or_raise(), "Observe")(
+            request, metadata=self._runner.metadata()
+        )
+        try:
+            while True:
+                try:
+                    msg = await await_stream_op(call.read(), call)
+                except grpc.aio.AioRpcError as exc:
+                    raise map_grpc_error(
+                        exc, op="election_observe", endpoints=self.endpoints
+                    ) from None
+                if msg is grpc.aio.EOF:
+                    return
+                yield self._kv(msg.kv)
+        finally:
+            call.cancel()
+
+    async def election_resign(self, leader: ElectionLeaderKey) -> None:
+        """Give up a leadership won with :meth:`election_campaign` (deletes its key; the next
+        campaigner, if any, is elected). Resigning an ended leadership is a no-op.
+
+        Example::
+
+            async with client.lease(10) as lease:
+                leader = await client.election_campaign(prefix, "node-1", lease=lease.id)
+                await client.election_resign(leader)
+                await client.election_resign(leader)  # over already: nothing happens
+                assert await client.election_leader(prefix) is None
+        """
+        request = election_pb.MESSAGES["ResignRequest"](leader=self._leader_key_pb(leader))
+        await self._election_call("Resign", request)
 
     # ------------------------------------------------------------------ typed helpers
 
@@ -769,6 +1045,13 @@ class EtcdClient:
     def request_progress(self) -> None:
         """Ask the server for a progress notification on the watch stream."""
         self._watch_hub.request_progress()
+
+
+_ELECTION_METHODS: dict[str, Callable[[Any], Any]] = {
+    rpc: functools.partial(election_pb.method, rpc=rpc)
+    for rpc in ("Campaign", "Proclaim", "Leader", "Resign")
+}
+_ELECTION_OPS = {rpc: f"election_{rpc.lower()}" for rpc in _ELECTION_METHODS}
 
 
 def _writes(ops: Sequence[AnyOp]) -> bool:

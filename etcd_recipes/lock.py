@@ -87,7 +87,6 @@ from ._core.listeners import ListenerSet
 from ._core.recipe import Recipe
 from ._core.txn import AnyOp, Cmp, Compare, Op
 from ._core.waiting import abort_guard, run_shielded, wait_for_change
-from ._proto import v3lock
 from .errors import (
     InvalidArgumentError,
     LeaseEventError,
@@ -1230,27 +1229,7 @@ async def server_lock(
             finally:
                 await server_unlock(client, key)
     """
-    if isinstance(lease_id, bool) or not isinstance(lease_id, int) or lease_id <= 0:
-        raise InvalidArgumentError(
-            f"server_lock() needs a granted lease id, not {lease_id!r} (with lease 0 etcd "
-            "attaches a 60 s lease of its own that nobody keeps alive or revokes)"
-        )
-    _check_timeout(timeout)
-    name_bytes = key_bytes(name)
-    key = name_bytes + b"/" + f"{lease_id:x}".encode()
-    request = v3lock.LockRequest(name=client._k(name_bytes), lease=lease_id)
-    method = v3lock.lock_method(client._channel_or_raise())
-
-    async def cleanup() -> None:  # the lock may have been granted in the last instant
-        await client.delete(key)
-
-    async with abort_guard(cleanup, what=f"server_lock({name_bytes!r}): removing the waiter"):
-        response: Any = None
-        with anyio.move_on_after(timeout):
-            response = await client._runner.call("lock", method, request, retry=False, timeout=None)
-        if response is None:
-            raise LockTimeoutError(f"server_lock({name_bytes!r}): not acquired within {timeout}s")
-    return client._strip(bytes(response.key))
+    return await client.lock(name, lease_id, timeout=timeout)
 
 
 async def server_unlock(client: EtcdClient, key: str | bytes) -> None:
@@ -1261,6 +1240,4 @@ async def server_unlock(client: EtcdClient, key: str | bytes) -> None:
 
         await server_unlock(client, key)
     """
-    request = v3lock.UnlockRequest(key=client._k(key_bytes(key)))
-    method = v3lock.unlock_method(client._channel_or_raise())
-    await client._runner.call("unlock", method, request)
+    await client.unlock(key)

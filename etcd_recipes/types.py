@@ -18,6 +18,7 @@ from typing import Any, Union
 
 __all__ = [
     "DeleteResult",
+    "ElectionLeaderKey",
     "EventType",
     "KeyValue",
     "LeaseGrant",
@@ -141,6 +142,34 @@ class TxnResult:
     succeeded: bool
     revision: int
     responses: list[OpResult]
+
+
+@dataclass(frozen=True)
+class ElectionLeaderKey:
+    """A leadership won in etcd's election service (etcd's ``LeaderKey``), returned by
+    :meth:`~etcd_recipes.EtcdClient.election_campaign`: pass it to
+    :meth:`~etcd_recipes.EtcdClient.election_proclaim` and
+    :meth:`~etcd_recipes.EtcdClient.election_resign`.
+
+    ``key`` is ``<name>/<lease id in hex>``; ``revision`` its create revision (a fencing
+    token: guard writes with ``Cmp.create_revision(key) == revision``).
+
+    Example::
+
+        from etcd_recipes import Cmp, Op
+
+        async with client.lease(10) as lease:
+            leader = await client.election_campaign(prefix, "node-1", lease=lease.id)
+            fenced = Cmp.create_revision(leader.key) == leader.revision
+            r = await client.txn([fenced], [Op.put(prefix + "/data", b"x")])
+            assert r.succeeded
+            await client.election_resign(leader)
+    """
+
+    name: bytes
+    key: bytes
+    revision: int
+    lease: int
 
 
 @dataclass(frozen=True)

@@ -73,9 +73,8 @@ from etcd_recipes.codecs import (
     as_codec,
     to_bytes,
 )
-from etcd_recipes.election import (
+from etcd_recipes.election.terms import (
     Elected,
-    ElectionLeaderKey,
     LeadershipEvent,
     LeadershipTerm,
     Participant,
@@ -152,22 +151,22 @@ from etcd_recipes.sync._core.lease import AcquisitionLease, SelfHealingLease
 from etcd_recipes.sync._core.recipe import Recipe
 from etcd_recipes.sync._core.watch import Watch
 from etcd_recipes.sync._runtime import fail_after
-from etcd_recipes.sync.barrier import DistributedBarrier
+from etcd_recipes.sync.barriers.barrier import DistributedBarrier
+from etcd_recipes.sync.barriers.counted import DistributedBarrierWithCount
+from etcd_recipes.sync.barriers.double import DistributedDoubleBarrier
 from etcd_recipes.sync.client import EtcdClient, connect
-from etcd_recipes.sync.counted_barrier import DistributedBarrierWithCount, DistributedDoubleBarrier
 from etcd_recipes.sync.counter import DistributedAtomicLong
-from etcd_recipes.sync.election import (
-    LeaderLatch,
-    LeaderObserver,
-    LeaderSelector,
+from etcd_recipes.sync.election.latch import LeaderLatch
+from etcd_recipes.sync.election.observer import LeaderObserver, leadership_events
+from etcd_recipes.sync.election.selector import LeaderSelector
+from etcd_recipes.sync.election.server import (
     election_campaign,
     election_leader,
     election_observe,
     election_proclaim,
     election_resign,
-    get_participants,
-    leadership_events,
 )
+from etcd_recipes.sync.election.terms import get_participants
 from etcd_recipes.sync.keyvalue import TransientKeyValue
 from etcd_recipes.sync.lock import (
     DistributedMutex,
@@ -182,6 +181,7 @@ from etcd_recipes.sync.semaphore import DistributedSemaphore
 from etcd_recipes.sync.work_queue import DistributedWorkQueue, WorkItem
 from etcd_recipes.types import (
     DeleteResult,
+    ElectionLeaderKey,
     EventType,
     KeyValue,
     LeaseGrant,

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -14,9 +14,10 @@ from etcd_recipes.client import _UNSET
 from etcd_recipes.codecs import Codec
 from etcd_recipes.resilience import LeaseResilience, ResilienceConfig, WatchResilience
 from etcd_recipes.sync._runtime import Runtime
-from etcd_recipes.sync._twin import SyncTwin
+from etcd_recipes.sync._twin import SyncIterator, SyncTwin
 from etcd_recipes.types import (
     DeleteResult,
+    ElectionLeaderKey,
     KeyValue,
     LeaseGrant,
     LeaseInfo,
@@ -144,15 +145,28 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
         keys_only: bool = False,
         count_only: bool = False,
         serializable: bool = False,
+        max_create_revision: int = 0,
         timeout: float | None = _UNSET,
     ) -> RangeResult:
         """Read a key, a prefix (``prefix=True``) or the range ``[key, range_end)``.
 
+        ``max_create_revision`` keeps only keys created at or before that revision (``0``: no
+        filter). Always one plain ``Range`` RPC, never a read-only transaction (etcd 3.5.0 and
+        3.5.1 panic when a read-only ``Txn`` is cancelled in flight).
+
         Example::
 
-            first = client.range("/q/", prefix=True, sort_target=SortTarget.MOD,
-                                       sort_order=SortOrder.ASCEND, limit=1)
-            n = (client.range("/q/", prefix=True, count_only=True)).count
+            from etcd_recipes.sync import SortOrder, SortTarget
+
+            first = (client.put(prefix + "/q/a", b"1")).revision
+            client.put(prefix + "/q/b", b"2")
+            oldest = client.range(prefix + "/q/", prefix=True, limit=1,
+                                        sort_target=SortTarget.CREATE,
+                                        sort_order=SortOrder.ASCEND)
+            assert oldest.kvs[0].value == b"1"
+            assert (client.range(prefix + "/q/", prefix=True, count_only=True)).count == 2
+            early = client.range(prefix + "/q/", prefix=True, max_create_revision=first)
+            assert [kv.value for kv in early] == [b"1"]
         """
         return self._rt.call(
             self._a.range,
@@ -166,6 +180,7 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
             keys_only=keys_only,
             count_only=count_only,
             serializable=serializable,
+            max_create_revision=max_create_revision,
             timeout=timeout,
         )
 
@@ -244,6 +259,136 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
     ) -> None:
         """Discard history older than ``revision`` (watches below it get a compaction error)."""
         self._rt.call(self._a.compact, revision, physical=physical, timeout=timeout)
+
+    def lock(self, name: bytes | str, lease_id: int, *, timeout: float | None = None) -> bytes:
+        """Acquire ``name`` through etcd's own lock service (the v3lock ``Lock`` RPC).
+
+        The server queues ``<name>/<lease id in hex>`` and answers once it owns the lock; the
+        key returned lives while the lease does. Keep ``lease_id`` alive yourself (for example
+        with :meth:`lease`) and give the key to :meth:`unlock`. Never retried. On timeout (or
+        cancellation) the waiter key is removed; a timeout raises
+        :class:`~etcd_recipes.errors.LockTimeoutError`.
+
+        Prefer :class:`~etcd_recipes.DistributedMutex` (same key layout): the server-side wait
+        hands a contended lock over at most about every 100 ms, and loss is not reported.
+
+        Example::
+
+            with client.lease(10) as lease:
+                key = client.lock(prefix + "/job", lease.id, timeout=5)
+                try:
+                    assert (client.get(key)) is not None
+                finally:
+                    client.unlock(key)
+        """
+        return self._rt.call(self._a.lock, name, lease_id, timeout=timeout)
+
+    def unlock(self, key: bytes | str) -> None:
+        """Release a lock taken with :meth:`lock` (the v3lock ``Unlock`` RPC: it deletes
+        ``key``). Idempotent.
+
+        Example::
+
+            with client.lease(10) as lease:
+                key = client.lock(prefix + "/job", lease.id)
+                client.unlock(key)
+                client.unlock(key)  # already released: nothing happens
+                assert (client.get(key)) is None
+        """
+        self._rt.call(self._a.unlock, key)
+
+    def election_campaign(
+        self, name: bytes | str, value: bytes | str, *, lease: int, timeout: float | None = None
+    ) -> ElectionLeaderKey:
+        """Campaign in etcd's election service (``etcdctl elect``, Go's
+        ``concurrency.Election``): blocks until this campaign leads ``name``, with ``value``
+        proclaimed.
+
+        ``lease`` must be a live lease you keep alive (:meth:`lease`); leadership ends when it
+        does. ``timeout`` bounds the wait (:class:`~etcd_recipes.errors.EtcdTimeoutError`).
+        Never retried. Cancelled or timed out, the campaign's key ``<name>/<lease hex>`` is
+        deleted. Prefer :class:`~etcd_recipes.LeaderSelector` /
+        :class:`~etcd_recipes.LeaderLatch`, which manage leases, loss and fencing.
+
+        Example::
+
+            with client.lease(10) as lease:
+                leader = client.election_campaign(prefix + "/jobs", "node-1",
+                                                        lease=lease.id, timeout=5)
+                assert leader.key == f"{prefix}/jobs/{lease.id:x}".encode()
+                client.election_resign(leader)
+        """
+        return self._rt.call(self._a.election_campaign, name, value, lease=lease, timeout=timeout)
+
+    def election_proclaim(self, leader: ElectionLeaderKey, value: bytes | str) -> None:
+        """Publish a new ``value`` for a leadership won with :meth:`election_campaign`.
+
+        Raises :class:`~etcd_recipes.errors.NotLeaderError` if that leadership is over.
+
+        Example::
+
+            with client.lease(10) as lease:
+                leader = client.election_campaign(prefix, "node-1", lease=lease.id)
+                client.election_proclaim(leader, "node-1 (draining)")
+                assert (client.election_leader(prefix)).text == "node-1 (draining)"
+                client.election_resign(leader)
+        """
+        self._rt.call(self._a.election_proclaim, leader, value)
+
+    def election_leader(self, name: bytes | str) -> KeyValue | None:
+        """The current leader's key and proclaimed value for ``name``, or ``None`` without one.
+
+        Example::
+
+            assert client.election_leader(prefix) is None
+            with client.lease(10) as lease:
+                leader = client.election_campaign(prefix, "node-1", lease=lease.id)
+                kv = client.election_leader(prefix)
+                assert kv is not None and kv.key == leader.key and kv.text == "node-1"
+                client.election_resign(leader)
+        """
+        return self._rt.call(self._a.election_leader, name)
+
+    def election_observe(self, name: bytes | str) -> Iterator[KeyValue]:
+        """The leader of ``name`` (when there is one) and every later proclamation or new
+        leader.
+
+        etcd's ``Observe`` never reports that an election became vacant -- use
+        :class:`~etcd_recipes.LeaderObserver` for that. The stream is cancelled when the
+        iteration stops (close the iterator, e.g. with ``contextlib.aclosing``, to stop early).
+
+        Example::
+
+            import contextlib
+
+            with client.lease(10) as lease:
+                leader = client.election_campaign(prefix, "v1", lease=lease.id)
+                with contextlib.aclosing(client.election_observe(prefix)) as seen:
+                    for kv in seen:
+                        if kv.text == "v1":
+                            client.election_proclaim(leader, "v2")
+                        else:
+                            assert kv.text == "v2"
+                            break
+                client.election_resign(leader)
+        """
+        value = self._rt.call_sync(self._a.election_observe, name)
+        result: Iterator[KeyValue] = SyncIterator(self._rt, value)
+        return result
+
+    def election_resign(self, leader: ElectionLeaderKey) -> None:
+        """Give up a leadership won with :meth:`election_campaign` (deletes its key; the next
+        campaigner, if any, is elected). Resigning an ended leadership is a no-op.
+
+        Example::
+
+            with client.lease(10) as lease:
+                leader = client.election_campaign(prefix, "node-1", lease=lease.id)
+                client.election_resign(leader)
+                client.election_resign(leader)  # over already: nothing happens
+                assert client.election_leader(prefix) is None
+        """
+        self._rt.call(self._a.election_resign, leader)
 
     def get_value(self, key: bytes | str, codec: Codec[Any], *, default: Any = None) -> Any:
         """Read ``key`` and decode it with ``codec``; ``default`` when absent.

@@ -1,4 +1,4 @@
-"""Child processes for the multi-process election and barrier tests (and the benchmark).
+"""Child processes for the multi-process election tests.
 
 Usage: ``python proc_helper.py MODE ENDPOINT PATH [ARGS...]``. Every mode prints JSON lines on
 stdout (``{"ready": ...}`` first where a parent waits for it) and never writes to stderr on
@@ -10,8 +10,6 @@ success.
   leads: on entry of ``take_leadership`` and just before it returns.
 * ``latch ENDPOINT PATH CLIENT_ID TTL`` -- one LeaderLatch; prints ``{"ready": id}``, then
   ``{"leader": id, "token", "t"}`` whenever it wins; runs until killed.
-* ``barrier ENDPOINT PATH PROC K N`` -- K members of a DistributedBarrierWithCount of N;
-  prints ``{"arrived": id, "t"}`` and ``{"released": id, "ok", "t"}``.
 * ``sync-latch ENDPOINT PATH`` / ``sync-selector ENDPOINT PATH`` -- the blocking facade, parked
   in ``await_leadership()`` / ``run()`` while the parent leads; on SIGINT prints (from the
   ``KeyboardInterrupt`` handler) what etcd holds for this candidate, then ``exited``.
@@ -28,13 +26,10 @@ import threading
 import time
 from typing import Any
 
-from etcd_recipes import connect
-from etcd_recipes.counted_barrier import DistributedBarrierWithCount
-from etcd_recipes.election import LeaderLatch, LeaderSelector, LeadershipTerm
-from etcd_recipes.errors import LeadershipLostError
+from etcd_recipes import LeaderLatch, LeaderSelector, LeadershipLostError, LeadershipTerm, connect
+from etcd_recipes.sync import LeaderLatch as SyncLeaderLatch
+from etcd_recipes.sync import LeaderSelector as SyncLeaderSelector
 from etcd_recipes.sync import connect as sync_connect
-from etcd_recipes.sync.election import LeaderLatch as SyncLeaderLatch
-from etcd_recipes.sync.election import LeaderSelector as SyncLeaderSelector
 
 
 def emit(**facts: Any) -> None:
@@ -79,19 +74,6 @@ async def latch(endpoint: str, path: str, cid: str, ttl: str) -> None:
             await asyncio.Event().wait()
 
 
-async def barrier(endpoint: str, path: str, proc: str, k: str, n: str) -> None:
-    async with connect(endpoint) as client:
-
-        async def member(i: int) -> None:
-            cid = f"p{proc}-m{i}"
-            async with DistributedBarrierWithCount(client, path, int(n), client_id=cid) as b:
-                emit(arrived=cid, t=time.monotonic())
-                ok = await b.wait_on_barrier(timeout=30)
-                emit(released=cid, ok=ok, t=time.monotonic())
-
-        await asyncio.gather(*(member(i) for i in range(int(k))))
-
-
 def sync_candidate(mode: str, endpoint: str, path: str) -> int:
     cid = mode
     with sync_connect(endpoint) as client:
@@ -130,7 +112,7 @@ def main() -> int:
     mode, *args = sys.argv[1:]
     if mode.startswith("sync-"):
         return sync_candidate(mode, *args)
-    runner = {"terms": terms, "latch": latch, "barrier": barrier}[mode]
+    runner = {"terms": terms, "latch": latch}[mode]
     asyncio.run(runner(*args))
     return 0
 

@@ -9,13 +9,16 @@ import time
 
 import pytest
 
-from etcd_recipes import ConnectionState, LeadershipLostError, Op, connect
-from etcd_recipes.election import (
+from etcd_recipes import (
+    ConnectionState,
     Elected,
     LeaderLatch,
     LeaderObserver,
     LeaderSelector,
+    LeadershipLostError,
     LeadershipTerm,
+    Op,
+    connect,
 )
 from tests.helpers import eventually
 

@@ -10,13 +10,15 @@ import contextlib
 import anyio
 import pytest
 
-from etcd_recipes import AlreadyStartedError, ConnectionState, NotStartedError
-from etcd_recipes.election import (
+from etcd_recipes import (
+    AlreadyStartedError,
+    ConnectionState,
     Elected,
     LeaderLatch,
     LeaderObserver,
     LeaderSelector,
     LeadershipTerm,
+    NotStartedError,
     Vacated,
     leadership_events,
 )

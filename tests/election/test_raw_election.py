@@ -13,8 +13,10 @@ import sys
 import anyio
 import pytest
 
-from etcd_recipes import EtcdTimeoutError, InvalidArgumentError, NotLeaderError
-from etcd_recipes.election import (
+from etcd_recipes import (
+    EtcdTimeoutError,
+    InvalidArgumentError,
+    NotLeaderError,
     election_campaign,
     election_leader,
     election_observe,

@@ -8,13 +8,16 @@ import asyncio
 import anyio
 import pytest
 
-from etcd_recipes import ConnectionState, LeadershipLostError, Op, RecipeClosedError
-from etcd_recipes.election import (
+from etcd_recipes import (
+    ConnectionState,
     DuplicateParticipantError,
     LeaderLatch,
     LeaderSelector,
+    LeadershipLostError,
     LeadershipTerm,
+    Op,
     Participant,
+    RecipeClosedError,
     get_participants,
 )
 from tests.helpers import eventually

@@ -1,5 +1,5 @@
 """The generated blocking twins: a selector whose ``take_leadership`` runs in a thread, the
-observer's events as a plain iterator, counted barriers from threads, and Ctrl-C in a blocked
+observer's events as a plain iterator, and Ctrl-C in a blocked
 campaign (the candidacy is withdrawn before the KeyboardInterrupt reaches the caller)."""
 
 from __future__ import annotations
@@ -16,11 +16,8 @@ from typing import Any
 
 import pytest
 
-from etcd_recipes import LeadershipLostError
-from etcd_recipes.election import Elected, LeadershipTerm, Vacated
-from etcd_recipes.sync import Op, connect
-from etcd_recipes.sync.counted_barrier import DistributedBarrierWithCount, DistributedDoubleBarrier
-from etcd_recipes.sync.election import LeaderLatch, LeaderObserver, LeaderSelector
+from etcd_recipes import Elected, LeadershipLostError, LeadershipTerm, Vacated
+from etcd_recipes.sync import LeaderLatch, LeaderObserver, LeaderSelector, Op, connect
 
 HELPER = Path(__file__).with_name("proc_helper.py")
 
@@ -101,36 +98,6 @@ def test_blocking_observer_and_latch(client, etcd_prefix):
             assert [p.client_id for p in latch.participants()] == ["sync-latch"]
         assert next(events) == Vacated()
         events.close()
-
-
-def test_blocking_counted_barriers(client, etcd_prefix):
-    results: list[bool] = []
-
-    def member(path: str, n: int) -> None:
-        results.append(DistributedBarrierWithCount(client, path, n).wait_on_barrier(timeout=10))
-
-    threads = [threading.Thread(target=member, args=(etcd_prefix + "b", 3)) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(15)
-    assert results == [True, True, True]
-
-    def double(log: list[str]) -> None:
-        with DistributedDoubleBarrier(client, etcd_prefix + "d", 2) as barrier:
-            assert barrier.enter(timeout=10)
-            log.append("in")
-            assert barrier.leave(timeout=10)
-            log.append("out")
-
-    log: list[str] = []
-    threads = [threading.Thread(target=double, args=(log,)) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(15)
-    assert log == ["in", "in", "out", "out"]
-    assert client.get_prefix(etcd_prefix).kvs == []
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process")

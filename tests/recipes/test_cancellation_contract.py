@@ -8,7 +8,7 @@ import asyncio
 import anyio
 import pytest
 
-from etcd_recipes.barrier import DistributedBarrier
+from etcd_recipes import DistributedBarrier
 from tests.helpers import eventually
 
 DEADLINES = [0.0001, 0.0003, 0.0006, 0.001, 0.002, 0.004]

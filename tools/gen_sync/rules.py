@@ -42,6 +42,7 @@ DOC_REWRITES: list[tuple[str, str]] = [
     (".aclose()", ".close()"),
     (":meth:`aclose`", ":meth:`close`"),
     ("``aclose()``", "``close()``"),
+    ("from etcd_recipes import", "from etcd_recipes.sync import"),
     # the caller: a facade call runs for the calling thread, not for an asyncio task
     ("per asyncio task", "per thread"),
     ("Reentrant per task", "Reentrant per thread"),
@@ -50,8 +51,8 @@ DOC_REWRITES: list[tuple[str, str]] = [
 """``(old, new)`` text replacements applied, in order, to every twinned docstring.
 
 Add an entry when the first async docstring needs it (an unused entry fails the run), e.g.
-``("asyncio.run(main())", "main()")``, ``("from etcd_recipes import", "from etcd_recipes.sync
-import")``, ``("``async for``", "``for``")``, ``("this task", "this thread")``.
+``("asyncio.run(main())", "main()")``, ``("``async for``", "``for``")``, ``("this task", "this
+thread")``.
 """
 
 OPAQUE = {("etcd_recipes._core.listeners", "ListenerSet")}

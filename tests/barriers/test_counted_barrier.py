@@ -10,8 +10,12 @@ import time
 import anyio
 import pytest
 
-from etcd_recipes import RecipeClosedError, connect
-from etcd_recipes.counted_barrier import DistributedBarrierWithCount, DistributedDoubleBarrier
+from etcd_recipes import (
+    DistributedBarrierWithCount,
+    DistributedDoubleBarrier,
+    RecipeClosedError,
+    connect,
+)
 from tests.helpers import eventually
 
 

@@ -28,26 +28,25 @@ could delete another client's barrier, and an instance could never re-arm after 
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
-from ._core.keys import random_token
-from ._core.lease import SelfHealingLease, validate_ttl
-from ._core.recipe import Recipe
-from ._core.txn import Cmp, Op
-from ._core.waiting import wait_for_change
-from .errors import InvalidArgumentError, LeaseEventError
-from .events import LeaseEvent, LeaseRestored
-from .types import EventType, WatchEvent
+from .._core.keys import random_token
+from .._core.lease import SelfHealingLease
+from .._core.recipe import Recipe
+from .._core.txn import Cmp, Op
+from .._core.validate import check_timeout, check_ttl
+from .._core.waiting import wait_for_change
+from ..events import LeaseEvent
+from ..types import EventType, WatchEvent
+from ._common import report_lease_event
 
 if TYPE_CHECKING:
-    from .client import EtcdClient
+    from ..client import EtcdClient
 
-__all__ = ["DistributedBarrier"]
-
-log = logging.getLogger("etcd_recipes.barrier")
+__all__ = ["DEFAULT_TTL", "DistributedBarrier"]
 
 DEFAULT_TTL = 2
+"""Default TTL (seconds) of the leases of the keys the barrier recipes set."""
 
 
 class DistributedBarrier(Recipe):
@@ -55,10 +54,15 @@ class DistributedBarrier(Recipe):
 
     Example::
 
-        async with DistributedBarrier(client, "/barriers/deploy") as barrier:
-            await barrier.set_barrier()
-            ...                              # elsewhere: await barrier.wait_on_barrier()
-            await barrier.remove_barrier()   # releases every waiter
+        from etcd_recipes import DistributedBarrier
+
+        async with DistributedBarrier(client, f"{prefix}/deploy") as gate:
+            assert await gate.set_barrier()
+            path = f"{prefix}/deploy"
+            async with DistributedBarrier(client, path, wait_on_missing_barriers=False) as waiter:
+                assert not await waiter.wait_on_barrier(timeout=0.5)  # blocked: the gate is set
+                await gate.remove_barrier()  # releases every waiter
+                assert await waiter.wait_on_barrier(timeout=5)
 
     :param wait_on_missing_barriers: if True (the default), a waiter on a barrier that is not
         set blocks until it is set **and then removed**; if False it returns at once.
@@ -78,7 +82,7 @@ class DistributedBarrier(Recipe):
     ) -> None:
         super().__init__(client, path, client_id=client_id)
         self.wait_on_missing_barriers = wait_on_missing_barriers
-        self.lease_ttl = validate_ttl(lease_ttl)
+        self.lease_ttl = check_ttl(lease_ttl, what="lease_ttl")
         self._lease: SelfHealingLease | None = None
         self._token = ""
 
@@ -135,8 +139,7 @@ class DistributedBarrier(Recipe):
         propagates unchanged.
         """
         self._check_open()
-        if timeout is not None and timeout <= 0:
-            raise InvalidArgumentError(f"timeout must be > 0 seconds or None, got {timeout}")
+        timeout = check_timeout(timeout)
         snapshot = await self._client.range(self.path, count_only=True)
         present_at_start = snapshot.count > 0
         if not present_at_start and not self.wait_on_missing_barriers:
@@ -163,9 +166,7 @@ class DistributedBarrier(Recipe):
         )
 
     def _on_lease_event(self, event: LeaseEvent) -> None:
-        self._on_recovery_event(event)
-        if not isinstance(event, LeaseRestored):
-            self._record_exception(LeaseEventError(event), "lease")
+        report_lease_event(self, event)
 
     async def _do_close(self) -> None:
         if self._lease is not None:

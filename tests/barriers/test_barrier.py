@@ -8,8 +8,13 @@ import asyncio
 import anyio
 import pytest
 
-from etcd_recipes import ConnectionState, EmptyPathError, RecipeClosedError, connect
-from etcd_recipes.barrier import DistributedBarrier
+from etcd_recipes import (
+    ConnectionState,
+    DistributedBarrier,
+    EmptyPathError,
+    RecipeClosedError,
+    connect,
+)
 from tests.helpers import eventually
 
 
@@ -56,9 +61,10 @@ async def test_wait_times_out_and_missing_barrier_modes(etcd_client, etcd_prefix
 
 async def test_only_the_setter_removes_and_rearm_works(etcd_client, etcd_prefix):
     path = etcd_prefix + "gate"
-    async with DistributedBarrier(etcd_client, path) as a, DistributedBarrier(
-        etcd_client, path
-    ) as b:
+    async with (
+        DistributedBarrier(etcd_client, path) as a,
+        DistributedBarrier(etcd_client, path) as b,
+    ):
         assert await a.set_barrier()
         assert await b.remove_barrier() is False  # b never set it: the reference deleted it
         assert await a.is_barrier_set()
@@ -112,6 +118,7 @@ async def test_waiters_released_when_setter_lease_is_lost(etcd_client, etcd_pref
         await asyncio.sleep(0.2)
         await etcd_client.lease_revoke(old_lease)
         assert await asyncio.wait_for(task, 5) is True
+
         # Healed: the key is back on a new lease, and the state went LOST -> RECONNECTED.
         async def rearmed() -> bool:
             kv = await etcd_client.get(path)

@@ -1,6 +1,7 @@
 """Counted barriers. :class:`DistributedBarrierWithCount` is a rendezvous of N: each member
 waits until N members have arrived, then all are released together.
-:class:`DistributedDoubleBarrier` adds a second rendezvous for leaving.
+:class:`~etcd_recipes.DistributedDoubleBarrier` (``barriers/double.py``) adds a second
+rendezvous for leaving.
 
 :Status: Beta
 
@@ -46,31 +47,25 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from ._core.keys import append_to_path, random_token
-from ._core.lease import SelfHealingLease, validate_ttl
-from ._core.recipe import Recipe
-from ._core.txn import Cmp, Compare, Op
-from ._core.waiting import abort_guard, run_shielded, wait_for_change
-from .errors import InvalidArgumentError, LeaseEventError
-from .events import ConnectionState, LeaseEvent, LeaseRestored
-from .types import EventType, KeyValue, RangeResult, WatchEvent
+from .._core.keys import append_to_path, random_token
+from .._core.lease import SelfHealingLease
+from .._core.recipe import Recipe
+from .._core.txn import Cmp, Compare, Op
+from .._core.validate import check_count, check_timeout, check_ttl
+from .._core.waiting import abort_guard, run_shielded, wait_for_change
+from ..events import LeaseEvent
+from ..types import EventType, KeyValue, RangeResult, WatchEvent
+from ._common import report_lease_event
+from .barrier import DEFAULT_TTL
 
 if TYPE_CHECKING:
-    from .client import EtcdClient
+    from ..client import EtcdClient
 
-__all__ = ["DEFAULT_TTL", "DistributedBarrierWithCount", "DistributedDoubleBarrier"]
+__all__ = ["DEFAULT_TTL", "DistributedBarrierWithCount"]
 
 log = logging.getLogger("etcd_recipes.counted_barrier")
 
-DEFAULT_TTL = 2
-"""Default TTL (seconds) of the waiting keys' leases."""
-
 _MAX_GUARDED = 127  # etcd's default --max-txn-ops is 128, and ready's compare takes one
-
-
-def _check_timeout(timeout: float | None) -> None:
-    if timeout is not None and not timeout > 0:
-        raise InvalidArgumentError(f"timeout must be > 0 seconds or None, got {timeout}")
 
 
 class _Arrival:
@@ -98,9 +93,14 @@ class DistributedBarrierWithCount(Recipe):
 
     Example::
 
-        barrier = DistributedBarrierWithCount(client, "/barriers/start", member_count=3)
-        if await barrier.wait_on_barrier(timeout=30):   # in each of the 3 members
-            print("all three arrived")
+        import asyncio
+        from etcd_recipes import DistributedBarrierWithCount
+
+        async def member() -> bool:  # one of the 3 members (usually: one per process)
+            barrier = DistributedBarrierWithCount(client, f"{prefix}/start", member_count=3)
+            return await barrier.wait_on_barrier(timeout=30)
+
+        print(await asyncio.gather(member(), member(), member()))  # [True, True, True]
 
     ``start()`` is optional. Each call of :meth:`wait_on_barrier` is one arrival.
 
@@ -120,13 +120,9 @@ class DistributedBarrierWithCount(Recipe):
         client_id: str | None = None,
     ) -> None:
         super().__init__(client, path, client_id=client_id)
-        if isinstance(member_count, bool) or not isinstance(member_count, int):
-            raise InvalidArgumentError(f"member_count must be an int, not {member_count!r}")
-        if member_count < 1:
-            raise InvalidArgumentError(f"member_count must be > 0, got {member_count}")
-        self.member_count = member_count
+        self.member_count = check_count(member_count, what="member_count")
         """How many members must arrive before the barrier releases them."""
-        self.lease_ttl = validate_ttl(lease_ttl)
+        self.lease_ttl = check_ttl(lease_ttl, what="lease_ttl")
         """Seconds: the TTL of each waiting key's lease."""
         self._ready = append_to_path(path, "ready")
         self._waiting = append_to_path(path, "waiting/")
@@ -147,10 +143,14 @@ class DistributedBarrierWithCount(Recipe):
 
         Example::
 
-            released = await barrier.wait_on_barrier(timeout=10)
+            from etcd_recipes import DistributedBarrierWithCount
+
+            barrier = DistributedBarrierWithCount(client, f"{prefix}/start", member_count=2)
+            assert not await barrier.wait_on_barrier(timeout=0.5)  # alone: it times out ...
+            assert await barrier.waiter_count() == 0  # ... and no longer counts
         """
         self._check_open()
-        _check_timeout(timeout)
+        timeout = check_timeout(timeout)
         arrival = _Arrival(self)
         released = False
         with anyio.CancelScope() as close_scope:
@@ -285,101 +285,8 @@ class DistributedBarrierWithCount(Recipe):
         return released
 
     def _on_lease_event(self, event: LeaseEvent) -> None:
-        self._on_recovery_event(event)
-        if not isinstance(event, LeaseRestored):
-            self._record_exception(LeaseEventError(event), "lease")
+        report_lease_event(self, event)
 
     async def _do_close(self) -> None:
         for scope in list(self._waits):
             scope.cancel()  # parked waiters stop counting and return False
-
-
-class DistributedDoubleBarrier(Recipe):
-    """Two rendezvous of ``member_count`` members: :meth:`enter` (everyone starts together)
-    and :meth:`leave` (everyone finishes together).
-
-    Example::
-
-        async with DistributedDoubleBarrier(client, "/barriers/phase-1", 5) as barrier:
-            await barrier.enter()
-            await run_phase_1()
-            await barrier.leave()
-
-    Built on two :class:`DistributedBarrierWithCount` at ``<path>/enter`` and
-    ``<path>/leave`` (the reference's layout), with this recipe's client id and TTL.
-    """
-
-    one_shot = False
-
-    def __init__(
-        self,
-        client: EtcdClient,
-        path: str,
-        member_count: int,
-        *,
-        lease_ttl: float = DEFAULT_TTL,
-        client_id: str | None = None,
-    ) -> None:
-        super().__init__(client, path, client_id=client_id)
-        self._enter = DistributedBarrierWithCount(
-            client,
-            append_to_path(path, "enter"),
-            member_count,
-            lease_ttl=lease_ttl,
-            client_id=self.client_id,
-        )
-        self._leave = DistributedBarrierWithCount(
-            client,
-            append_to_path(path, "leave"),
-            member_count,
-            lease_ttl=lease_ttl,
-            client_id=self.client_id,
-        )
-        self.member_count = member_count
-        """How many members each phase waits for."""
-        self.lease_ttl: int = self._enter.lease_ttl
-        """Seconds: the TTL of each waiting key's lease."""
-        for inner in (self._enter, self._leave):
-            inner.add_connection_state_listener(self._on_inner_state)
-            inner.add_exception_listener(self._on_inner_exception)
-
-    async def enter(self, timeout: float | None = None) -> bool:
-        """Wait until ``member_count`` members have entered; False on timeout or close.
-
-        Example::
-
-            if not await barrier.enter(timeout=30):
-                raise RuntimeError("the others did not show up")
-        """
-        self._check_open()
-        return await self._enter.wait_on_barrier(timeout)
-
-    async def leave(self, timeout: float | None = None) -> bool:
-        """Wait until ``member_count`` members have left; False on timeout or close.
-
-        Example::
-
-            await barrier.leave()
-        """
-        self._check_open()
-        return await self._leave.wait_on_barrier(timeout)
-
-    async def enter_waiter_count(self) -> int:
-        """How many members wait in :meth:`enter` now (advisory)."""
-        return await self._enter.waiter_count()
-
-    async def leave_waiter_count(self) -> int:
-        """How many members wait in :meth:`leave` now (advisory)."""
-        return await self._leave.waiter_count()
-
-    def _on_inner_state(self, new: ConnectionState, old: ConnectionState) -> None:
-        self._set_state(new)
-
-    def _on_inner_exception(self, context: str, exc: BaseException) -> None:
-        self._record_exception(exc, context)
-
-    async def _do_close(self) -> None:
-        try:
-            await self._enter.aclose()
-        finally:
-            await self._leave.aclose()

@@ -1,0 +1,273 @@
+"""What :class:`~etcd_recipes.LeaderSelector` and :class:`~etcd_recipes.LeaderLatch` share:
+participation, campaigning, terms and step-down (private to the election family).
+
+A candidate joins with ``<path>/participants/<client_id>`` on a self-healing lease, then
+campaigns: it creates ``<path>/LEADER`` on a fresh term lease with ``If(version == 0)``, or waits
+for that key's deletion with a watch anchored at the read that saw it. A won term is a
+:class:`~etcd_recipes._core.hold.Hold` (``scope()`` cancels the body on a loss, ``release()``
+deletes the key and revokes the lease); the term lease is never healed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .._core.hold import Hold
+from .._core.keys import append_to_path, random_token
+from .._core.lease import AcquisitionLease, SelfHealingLease
+from .._core.listeners import ListenerSet
+from .._core.recipe import Recipe
+from .._core.txn import AnyOp, Cmp, Compare, Op
+from .._core.validate import check_ttl
+from .._core.waiting import abort_guard, wait_for_change
+from ..errors import (
+    DuplicateParticipantError,
+    EtcdConnectionError,
+    EtcdTimeoutError,
+    LeadershipLostError,
+    LeaseEventError,
+    LeaseNotFoundError,
+    RetriesExhaustedError,
+)
+from ..events import ConnectionState, LeaseEvent, LeaseExpired, LeaseRestored
+from ..resilience import RetryPolicy
+from ..types import TxnResult
+from ._keys import is_delete, leader_key, participants_prefix
+from .terms import LeadershipTerm, Participant, get_participants
+
+if TYPE_CHECKING:
+    from ..client import EtcdClient
+
+log = logging.getLogger("etcd_recipes.election")
+
+CAMPAIGN_BACKOFF = RetryPolicy.exponential_backoff(initial_delay=0.1, max_delay=2.0)
+TRANSIENT = (EtcdConnectionError, EtcdTimeoutError, RetriesExhaustedError)
+
+
+class _Candidate(Recipe):
+    """What selectors and latches share: participation, campaigning, terms and step-down."""
+
+    def __init__(
+        self, client: EtcdClient, path: str, *, lease_ttl: float, client_id: str | None
+    ) -> None:
+        super().__init__(client, path, client_id=client_id)
+        self.lease_ttl = check_ttl(lease_ttl, what="lease_ttl")
+        """Seconds: the TTL of each term's lease and of the participation key's lease."""
+        self._leader = leader_key(path)
+        self._participant = append_to_path(participants_prefix(path), self.client_id)
+        self._participation: SelfHealingLease | None = None
+        self._term: LeadershipTerm | None = None
+        self._leadership_listeners = ListenerSet("leadership", self._record_listener_error)
+        self._changed = asyncio.Event()
+
+    # ------------------------------------------------------------------ public surface
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this instance leads right now (False at once when the term is lost)."""
+        return self._term is not None and self._term.is_current
+
+    @property
+    def term(self) -> LeadershipTerm | None:
+        """The current term, or the most recent one (check ``term.is_current``); ``None``
+        before the first win."""
+        return self._term
+
+    @property
+    def fencing_token(self) -> int | None:
+        """The current term's fencing token, or ``None`` when not leading."""
+        term = self._term
+        return term.fencing_token if term is not None and term.is_current else None
+
+    async def participants(self) -> list[Participant]:
+        """The candidates of this election in joining order (see :func:`get_participants`)."""
+        return await get_participants(self._client, self.path)
+
+    async def guarded_txn(
+        self,
+        success: Sequence[AnyOp],
+        failure: Sequence[AnyOp] = (),
+        *,
+        extra: Sequence[Compare] = (),
+    ) -> TxnResult:
+        """Run ``success`` only while the current term is current in etcd (plus ``extra``).
+
+        Raises :class:`~etcd_recipes.errors.LeadershipLostError` when this instance does not
+        lead; a False ``succeeded`` means the term ended between the check and the commit.
+
+        Example::
+
+            from etcd_recipes import LeaderLatch, Op
+
+            async with LeaderLatch(client, f"{prefix}/election") as latch:
+                assert await latch.await_leadership(timeout=10)
+                result = await latch.guarded_txn([Op.put(f"{prefix}/config", "v2")])
+                assert result.succeeded  # committed while this latch's term was current
+        """
+        self._check_open()
+        term = self._term
+        if term is None or not term.is_current:
+            raise LeadershipLostError(f"{self.exception_context}: not the leader")
+        return await self._client.txn([term.compare(), *extra], success, failure)
+
+    def add_leadership_listener(self, listener: Callable[[bool], Any]) -> None:
+        """Call ``listener(True)`` when this instance becomes leader and ``listener(False)``
+        when it stops (term ended, lost, or closed) -- the reference's ``isLeader()`` /
+        ``notLeader()``, in order."""
+        self._leadership_listeners.add(listener)
+
+    def remove_leadership_listener(self, listener: Callable[[bool], Any]) -> None:
+        """Stop calling ``listener``."""
+        self._leadership_listeners.remove(listener)
+
+    # ------------------------------------------------------------------ participation
+
+    async def _join(self) -> None:
+        """Create ``participants/<client_id>`` on a self-healing lease (waiting up to twice the
+        TTL for a leftover key with our client id to expire)."""
+        if self._participation is not None:
+            return
+        key, cid = self._participant, self.client_id
+
+        async def establish(lease_id: int) -> bool:
+            result = await self._client.txn([Cmp.missing(key)], [Op.put(key, cid, lease=lease_id)])
+            return result.succeeded
+
+        lease = self._client.self_healing_lease(self.lease_ttl, establish)
+        lease.add_listener(self._on_participation_event)
+        deadline = time.monotonic() + 2 * self.lease_ttl + 1
+        while not await lease.start():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise DuplicateParticipantError(
+                    f"{self.exception_context}: another candidate uses client_id {cid!r} "
+                    f"({key} exists); give each instance its own client_id"
+                )
+            read = await self._client.range(key, count_only=True)
+            if read.count:
+                await self._wait_deleted(key, read.revision, timeout=remaining)
+        self._participation = lease
+
+    async def _leave(self) -> None:
+        lease, self._participation = self._participation, None
+        if lease is not None:
+            await lease.aclose()  # revokes: the participation key goes with it
+
+    def _on_participation_event(self, event: LeaseEvent) -> None:
+        self._on_recovery_event(event)
+        if not isinstance(event, LeaseRestored):
+            self._record_exception(LeaseEventError(event), "participation")
+
+    # ------------------------------------------------------------------ campaigning
+
+    async def _wait_deleted(self, key: str, revision: int, *, timeout: float | None = None) -> bool:
+        async def probe() -> tuple[bool, int]:
+            read = await self._client.range(key, count_only=True)
+            return read.count == 0, read.revision
+
+        return await wait_for_change(
+            self._client,
+            key,
+            after_revision=revision,
+            trigger=is_delete,
+            probe=probe,
+            no_put=True,
+            timeout=timeout,
+            on_recovery=self._on_recovery_event,
+        )
+
+    async def _campaign(self) -> LeadershipTerm:
+        """Contest until this instance wins a term; transient failures are recorded and
+        retried with backoff. Cancellation leaves no LEADER key or lease of ours behind.
+
+        The term lease is granted before the first attempt and kept (alive, holding no key)
+        while waiting, so a hand-over costs the successor one transaction, and nothing runs
+        between the read that saw the LEADER key and the watch anchored on it."""
+        started = time.monotonic()
+        failures = 0
+        lease: AcquisitionLease | None = None
+
+        async def withdraw() -> None:
+            # A LEADER key created by a commit whose answer we never saw goes with the lease.
+            if lease is not None:
+                await lease.revoke()
+
+        async with abort_guard(withdraw, what=f"{self.exception_context}: withdraw"):
+            while True:
+                try:
+                    if lease is None or lease.is_lost:
+                        await withdraw()
+                        lease = None
+                        lease = await self._client.lease(self.lease_ttl).grant()
+                    term = await self._attempt(lease)
+                except (*TRANSIENT, LeaseNotFoundError) as exc:
+                    failures += 1
+                    self._record_exception(exc, "campaign")
+                    await withdraw()
+                    lease = None
+                    delay = CAMPAIGN_BACKOFF.next_delay(failures, time.monotonic() - started)
+                    await asyncio.sleep(delay or 1.0)
+                    continue
+                if term is not None:  # the lease now belongs to the term
+                    self._client.resilience.metrics.record_latency(
+                        "election.campaign", time.monotonic() - started
+                    )
+                    return term
+                failures = 0
+
+    async def _attempt(self, lease: AcquisitionLease) -> LeadershipTerm | None:
+        """One attempt: create LEADER on ``lease``, or wait until the LEADER key is deleted."""
+        value = f"{self.client_id}:{random_token()}"
+        result = await self._client.txn(
+            [Cmp.missing(self._leader)], [Op.put(self._leader, value, lease=lease.id)]
+        )
+        if result.succeeded:
+            hold = Hold(
+                self._client,
+                self._leader,
+                lease,
+                result.revision,
+                LeadershipLostError,
+                self.exception_context,
+            )
+            hold.start_monitor(after_revision=result.revision)
+            return LeadershipTerm(hold, self.client_id, value, self._leader)
+        await self._wait_deleted(self._leader, result.revision)
+        return None
+
+    def _begin_term(self, term: LeadershipTerm) -> None:
+        self._term = term
+        term._hold.add_listener(lambda cause: self._step_down(term))
+        if self._state is ConnectionState.LOST:
+            self._set_state(ConnectionState.RECONNECTED)
+        log.info("%s: elected (fencing token %d)", self.exception_context, term.fencing_token)
+        self._leadership_listeners.emit(True)
+        self._wake()
+
+    def _step_down(self, term: LeadershipTerm) -> None:
+        """Mark the term over and tell the listeners, once; a lost term is also recorded and
+        drives ``connection_state`` to LOST."""
+        term._ended = True
+        if term._notified:
+            return
+        term._notified = True
+        if term.is_lost:
+            cause = term.lost_cause
+            err = LeadershipLostError(
+                f"{self.exception_context}: leadership lost ({cause}); stepped down"
+            )
+            err.__cause__ = cause
+            self._record_exception(err, "leadership")
+            self._on_recovery_event(LeaseExpired(term.lease_id, cause))
+        else:
+            log.info("%s: term %d ended", self.exception_context, term.fencing_token)
+        self._leadership_listeners.emit(False)
+        self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()

@@ -1,0 +1,122 @@
+"""Leader election as a state: :class:`LeaderLatch` holds leadership from winning until
+``aclose()`` or a loss, and contests again by itself after a loss.
+
+The family's guarantees (one LEADER key, fencing, lost means lost, withdrawal on
+cancellation) are stated in :mod:`etcd_recipes.election`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING
+
+import anyio
+
+from .._core.validate import check_timeout
+from .._core.waiting import abort_guard
+from ..errors import EtcdRecipeError, LeadershipLostError, UsageError
+from ._candidate import CAMPAIGN_BACKOFF, _Candidate
+from .terms import DEFAULT_TTL
+
+if TYPE_CHECKING:
+    from ..client import EtcdClient
+
+__all__ = ["LeaderLatch"]
+
+
+class LeaderLatch(_Candidate):
+    """Holds leadership from winning until ``aclose()`` or loss, and contests again by itself
+    after a loss.
+
+    Example::
+
+        from etcd_recipes import LeaderLatch
+
+        async with LeaderLatch(client, f"{prefix}/election") as latch:
+            if await latch.await_leadership(timeout=10):
+                print("leading with token", latch.fencing_token)
+
+    ``start()`` (or ``async with``) registers the candidacy and returns; the campaign runs in
+    the background. ``start()`` and ``aclose()`` are one-shot.
+    """
+
+    one_shot = True
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        path: str,
+        *,
+        lease_ttl: float = DEFAULT_TTL,
+        client_id: str | None = None,
+    ) -> None:
+        super().__init__(client, path, lease_ttl=lease_ttl, client_id=client_id)
+        self._contest_task: asyncio.Task[None] | None = None
+
+    @property
+    def has_leadership(self) -> bool:
+        """Whether this latch leads right now (False at once when the term is lost)."""
+        return self.is_leader
+
+    async def await_leadership(self, timeout: float | None = None) -> bool:
+        """Wait until this latch leads: True; False on ``timeout`` or when the latch is closed.
+
+        Cancelling it (task cancel, ``anyio.fail_after``, ``asyncio.timeout``, Ctrl-C in the
+        sync facade) **withdraws the candidacy** -- the latch is closed, leaving no participant
+        or LEADER key -- and re-raises the cancellation. A ``timeout`` does not withdraw.
+
+        Example::
+
+            from etcd_recipes import LeaderLatch
+
+            async with LeaderLatch(client, f"{prefix}/election", client_id="first") as first:
+                assert await first.await_leadership(timeout=10)
+                async with LeaderLatch(client, f"{prefix}/election", client_id="second") as second:
+                    assert not await second.await_leadership(timeout=0.5)  # "first" leads
+                    await first.aclose()  # steps down: "second" wins the next term
+                    assert await second.await_leadership(timeout=10)
+        """
+        self._check_started()
+        timeout = check_timeout(timeout)
+        if self.has_leadership:
+            return True
+        async with abort_guard(self.aclose, what=f"{self.exception_context}: withdraw"):
+            with anyio.move_on_after(timeout):
+                while not self.has_leadership and not self.is_closed:
+                    await self._changed.wait()
+        return self.has_leadership
+
+    async def _do_start(self) -> None:
+        await self._join()
+        self._contest_task = self._spawn(self._contest(), "contest")
+
+    async def _contest(self) -> None:
+        failures = 0
+        while True:
+            try:
+                term = await self._campaign()
+            except EtcdRecipeError as exc:  # e.g. a watch that gave up: contest again
+                if isinstance(exc, UsageError):
+                    raise
+                failures += 1
+                self._record_exception(exc, "contest")
+                await asyncio.sleep(CAMPAIGN_BACKOFF.next_delay(failures, 0.0) or 1.0)
+                continue
+            failures = 0
+            self._begin_term(term)
+            try:
+                with contextlib.suppress(LeadershipLostError):
+                    async with term._hold.scope():
+                        await anyio.sleep_forever()
+            finally:
+                self._step_down(term)
+                await term._hold.release()  # shielded and bounded
+
+    async def _do_close(self) -> None:
+        task, self._contest_task = self._contest_task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            await asyncio.wait({task})
+        await self._leave()
+        self._wake()

@@ -1,0 +1,208 @@
+"""Watching an election without running for it: :class:`LeaderObserver` and
+:func:`leadership_events`.
+
+Guaranteed: the observer re-reads the LEADER key after every watch recovery and ignores events
+older than what it has read, so it never reports a stale leader after a reconnect. It reports
+states (who leads now), observed through one watch; it does not run for the election.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+from .._core.listeners import ListenerSet
+from .._core.recipe import Recipe
+from ..errors import EtcdRecipeError, WatchFailedError
+from ..events import ConnectionState, WatchFailed, WatchResubscribed
+from ..types import EventType, RangeResult, WatchEvent
+from ._keys import leader_key, leader_name
+from .terms import Elected, LeadershipEvent, Vacated
+
+if TYPE_CHECKING:
+    from ..client import EtcdClient
+
+__all__ = ["LeaderObserver", "leadership_events"]
+
+log = logging.getLogger("etcd_recipes.election")
+
+
+class LeaderObserver(Recipe):
+    """Reports who leads an election, without running for it.
+
+    Example::
+
+        from etcd_recipes import Elected, LeaderLatch, LeaderObserver
+
+        async with LeaderObserver(client, f"{prefix}/election") as observer:
+            print("leader now:", observer.current_leader)  # None: nobody runs for it yet
+            async with LeaderLatch(client, f"{prefix}/election", client_id="node-1"):
+                async for event in observer.events():  # the current state first, then changes
+                    print(event)  # Vacated(), then Elected(leader='node-1', ...)
+                    if isinstance(event, Elected):
+                        break
+
+    Listeners (:meth:`add_listener`) get each change, not the state at ``start()``; the
+    iterator of :meth:`events` starts with the current state. After any watch recovery
+    (reconnect, compaction) the LEADER key is read again, so a change missed while
+    disconnected is reported and a stale leader never is.
+    """
+
+    one_shot = True
+
+    def __init__(self, client: EtcdClient, path: str) -> None:
+        super().__init__(client, path)
+        self._leader = leader_key(path)
+        self._current: Elected | None = None
+        self._revision = 0
+        self._listeners = ListenerSet("leadership-event", self._record_listener_error)
+        self._subscribers: set[asyncio.Queue[LeadershipEvent | None]] = set()
+        self._failure: BaseException | None = None
+
+    @property
+    def current_leader(self) -> str | None:
+        """The leader's client id, or ``None`` when nobody leads (as last observed)."""
+        return self._current.leader if self._current is not None else None
+
+    @property
+    def current(self) -> LeadershipEvent:
+        """The current state as an event: :class:`Elected` (with the fencing token) or
+        :class:`Vacated`."""
+        return self._current if self._current is not None else Vacated()
+
+    def add_listener(self, listener: Callable[[LeadershipEvent], Any]) -> None:
+        """Call ``listener(event)`` for every change of leader (not for the initial state)."""
+        self._listeners.add(listener)
+
+    def remove_listener(self, listener: Callable[[LeadershipEvent], Any]) -> None:
+        """Stop calling ``listener``."""
+        self._listeners.remove(listener)
+
+    async def events(self) -> AsyncIterator[LeadershipEvent]:
+        """The current state, then every change, until the observer is closed.
+
+        Raises :class:`~etcd_recipes.errors.WatchFailedError` if the watch gave up.
+
+        Example::
+
+            from etcd_recipes import Elected, LeaderLatch, LeaderObserver
+
+            async with LeaderObserver(client, f"{prefix}/election") as observer:
+                async with LeaderLatch(client, f"{prefix}/election", client_id="me"):
+                    async for event in observer.events():
+                        if isinstance(event, Elected) and event.leader == "me":
+                            break
+        """
+        self._check_started()
+        queue: asyncio.Queue[LeadershipEvent | None] = asyncio.Queue()
+        queue.put_nowait(self.current)
+        if self._failure is not None:
+            queue.put_nowait(None)  # the watch already gave up: end after the last state
+        self._subscribers.add(queue)
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    if self._failure is not None:
+                        raise self._failure
+                    return
+                yield item
+        finally:
+            self._subscribers.discard(queue)
+
+    async def _do_start(self) -> None:
+        read = await self._client.range(self._leader)
+        self._apply_read(read, notify=False)
+        self._spawn(self._observe(read.revision), "watch")
+
+    async def _observe(self, revision: int) -> None:
+        async def resync() -> int:
+            read = await self._client.range(self._leader)
+            self._apply_read(read)
+            return read.revision + 1
+
+        watch = self._client.watch(self._leader, start_revision=revision + 1, resync=resync)
+        failure: EtcdRecipeError
+        try:
+            async with watch:
+                async for item in watch:
+                    if isinstance(item, WatchEvent):
+                        self._apply_event(item)
+                        continue
+                    self._on_recovery_event(item)
+                    if isinstance(item, WatchResubscribed):
+                        try:
+                            self._apply_read(await self._client.range(self._leader))
+                        except EtcdRecipeError as exc:  # the watch's own events still follow
+                            self._record_exception(exc, "re-read")
+                    elif isinstance(item, WatchFailed):
+                        break
+            failure = WatchFailedError(f"{self.exception_context}: the watch on LEADER failed")
+        except EtcdRecipeError as exc:  # the watch failed for good, or the client was closed
+            failure = exc
+        if self.is_closed:
+            return
+        self._failure = failure
+        self._record_exception(failure, "watch")
+        self._set_state(ConnectionState.LOST)
+        self._end_subscribers()
+
+    def _apply_read(self, read: RangeResult, *, notify: bool = True) -> None:
+        if read.revision < self._revision:
+            return
+        self._revision = read.revision
+        kv = read.kvs[0] if read.kvs else None
+        self._set(Elected(leader_name(kv.value), kv.create_revision) if kv else None, notify)
+
+    def _apply_event(self, event: WatchEvent) -> None:
+        if event.kv.mod_revision <= self._revision:
+            return  # already reflected by a later read
+        self._revision = event.kv.mod_revision
+        if event.type is EventType.PUT:
+            self._set(Elected(leader_name(event.kv.value), event.kv.create_revision))
+        else:
+            self._set(None)
+
+    def _set(self, new: Elected | None, notify: bool = True) -> None:
+        if new == self._current:
+            return
+        self._current = new
+        if not notify:
+            return
+        event: LeadershipEvent = new if new is not None else Vacated()
+        log.info("%s: %s", self.exception_context, event)
+        self._listeners.emit(event)
+        for queue in self._subscribers:
+            queue.put_nowait(event)
+
+    def _end_subscribers(self) -> None:
+        for queue in self._subscribers:
+            queue.put_nowait(None)
+
+    async def _do_close(self) -> None:
+        self._end_subscribers()
+
+
+async def leadership_events(client: EtcdClient, path: str) -> AsyncIterator[LeadershipEvent]:
+    """The leadership events of ``path`` (current state first) from a private
+    :class:`LeaderObserver` that lives as long as the iteration (the reference's
+    ``leadershipAsFlow``). Close the iterator (``contextlib.aclosing``) to stop early.
+
+    Example::
+
+        import contextlib
+        from etcd_recipes import Elected, LeaderLatch, leadership_events
+
+        async with LeaderLatch(client, f"{prefix}/election", client_id="node-1"):
+            path = f"{prefix}/election"
+            async with contextlib.aclosing(leadership_events(client, path)) as events:
+                async for event in events:
+                    print(event)  # Elected(leader='node-1', ...) once the latch has won
+                    if isinstance(event, Elected):
+                        break
+    """
+    async with LeaderObserver(client, path) as observer:
+        async for event in observer.events():
+            yield event
