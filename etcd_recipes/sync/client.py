@@ -363,7 +363,7 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
 
             with client.lease(10) as lease:
                 leader = client.election_campaign(prefix, "v1", lease=lease.id)
-                with contextlib.aclosing(client.election_observe(prefix)) as seen:
+                with contextlib.closing(client.election_observe(prefix)) as seen:
                     for kv in seen:
                         if kv.text == "v1":
                             client.election_proclaim(leader, "v2")

@@ -43,6 +43,7 @@ DOC_REWRITES: list[tuple[str, str]] = [
     (":meth:`aclose`", ":meth:`close`"),
     ("``aclose()``", "``close()``"),
     ("from etcd_recipes import", "from etcd_recipes.sync import"),
+    ("aclosing(", "closing("),
     # the caller: a facade call runs for the calling thread, not for an asyncio task
     ("per asyncio task", "per thread"),
     ("Reentrant per task", "Reentrant per thread"),

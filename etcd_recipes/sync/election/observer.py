@@ -97,7 +97,7 @@ def leadership_events(client: EtcdClient, path: str) -> Iterator[LeadershipEvent
 
         with LeaderLatch(client, f"{prefix}/election", client_id="node-1"):
             path = f"{prefix}/election"
-            with contextlib.aclosing(leadership_events(client, path)) as events:
+            with contextlib.closing(leadership_events(client, path)) as events:
                 for event in events:
                     print(event)  # Elected(leader='node-1', ...) once the latch has won
                     if isinstance(event, Elected):

@@ -97,7 +97,7 @@ def election_observe(client: EtcdClient, name: bytes | str) -> Iterator[KeyValue
 
         with client.lease(10) as lease:
             election_campaign(client, f"{prefix}/jobs", "node-1", lease=lease.id)
-            with contextlib.aclosing(election_observe(client, f"{prefix}/jobs")) as kvs:
+            with contextlib.closing(election_observe(client, f"{prefix}/jobs")) as kvs:
                 for kv in kvs:
                     print(kv.key, kv.text)  # the current leader first: ... node-1
                     break
