@@ -140,7 +140,12 @@ from .lock import (
     server_unlock,
 )
 from .metrics import NOOP_METRICS, EtcdMetrics
-from .queue import MAX_PRIORITY, DistributedPriorityQueue, DistributedQueue, InvalidPriorityError
+from .queues.config import WorkQueueConfig
+from .queues.dead_letters import DeadLetter
+from .queues.fifo import DistributedQueue
+from .queues.item import WorkItem
+from .queues.priority import MAX_PRIORITY, DistributedPriorityQueue, InvalidPriorityError
+from .queues.work import DistributedWorkQueue
 from .resilience import (
     Bounded,
     ExponentialBackoff,
@@ -168,7 +173,6 @@ from .types import (
     TxnResult,
     WatchEvent,
 )
-from .work_queue import DeadLetter, DistributedWorkQueue, WorkItem, WorkQueueConfig
 
 __version__ = "0.1.0.dev0"
 

@@ -136,7 +136,9 @@ from etcd_recipes.events import (
     state_after,
 )
 from etcd_recipes.metrics import NOOP_METRICS, EtcdMetrics
-from etcd_recipes.queue import MAX_PRIORITY, InvalidPriorityError
+from etcd_recipes.queues.config import WorkQueueConfig
+from etcd_recipes.queues.dead_letters import DeadLetter
+from etcd_recipes.queues.priority import MAX_PRIORITY, InvalidPriorityError
 from etcd_recipes.resilience import (
     Bounded,
     ExponentialBackoff,
@@ -176,9 +178,11 @@ from etcd_recipes.sync.lock import (
     server_lock,
     server_unlock,
 )
-from etcd_recipes.sync.queue import DistributedPriorityQueue, DistributedQueue
+from etcd_recipes.sync.queues.fifo import DistributedQueue
+from etcd_recipes.sync.queues.item import WorkItem
+from etcd_recipes.sync.queues.priority import DistributedPriorityQueue
+from etcd_recipes.sync.queues.work import DistributedWorkQueue
 from etcd_recipes.sync.semaphore import DistributedSemaphore
-from etcd_recipes.sync.work_queue import DistributedWorkQueue, WorkItem
 from etcd_recipes.types import (
     DeleteResult,
     ElectionLeaderKey,
@@ -195,7 +199,6 @@ from etcd_recipes.types import (
     TxnResult,
     WatchEvent,
 )
-from etcd_recipes.work_queue import DeadLetter, WorkQueueConfig
 
 __all__ = [
     "AcquisitionLease",

@@ -19,8 +19,11 @@ class DistributedAtomicLong(Recipe, twin_of=_async.DistributedAtomicLong):
 
     Example::
 
-        counter = DistributedAtomicLong(client, "/counters/visits", default=100)
+        from etcd_recipes.sync import DistributedAtomicLong
+
+        counter = DistributedAtomicLong(client, f"{prefix}/visits", default=100)
         print(counter.add(5))   # 105 if this call created the key
+        assert counter.decrement() == 104
         counter.close()
 
     ``start()`` is optional: every operation creates the key when it is missing.
@@ -68,7 +71,12 @@ class DistributedAtomicLong(Recipe, twin_of=_async.DistributedAtomicLong):
 
         Example::
 
-            DistributedAtomicLong.delete(client, "/counters/visits")
+            from etcd_recipes.sync import DistributedAtomicLong
+
+            with DistributedAtomicLong(client, f"{prefix}/visits") as counter:
+                counter.increment()
+            assert DistributedAtomicLong.delete(client, f"{prefix}/visits") is True
+            assert DistributedAtomicLong.delete(client, f"{prefix}/visits") is False
         """
         return client._rt.call(_async.DistributedAtomicLong.delete, client._a, path)
 

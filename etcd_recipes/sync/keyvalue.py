@@ -27,11 +27,15 @@ class TransientKeyValue(Recipe, Generic[T], twin_of=_async.TransientKeyValue):
 
     Example::
 
-        presence = TransientKeyValue(client, "/svc/a", {"port": 8080}, codec=JSON, lease_ttl=5)
+        from etcd_recipes.sync import JSON, TransientKeyValue
+
+        key = f"{prefix}/svc-a"
+        presence = TransientKeyValue(client, key, {"port": 8080}, codec=JSON, lease_ttl=5)
         presence.add_lease_listener(print)
         presence.start()
-        ...
+        assert (client.get(presence.key)).value == b'{"port":8080}'
         presence.close()   # the key is gone at once
+        assert client.get(presence.key) is None
     """
 
     _a: _async.TransientKeyValue[T]
