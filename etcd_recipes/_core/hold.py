@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from asyncio import Task
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -282,7 +283,7 @@ class Hold:
         if replacement is not None:
             raise replacement
 
-    def cancel_bodies(self, *, sparing: asyncio.Task[Any] | None = None) -> None:
+    def cancel_bodies(self, *, sparing: Task[Any] | None = None) -> None:
         """Cancel the scoped bodies of this hold (its recipe is closing), except ``sparing``'s
         (the task that closes it): they raise their ``lost()`` error, as on loss."""
         _fire([g for g in self._guards if g.task is not sparing])
