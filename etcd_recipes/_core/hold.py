@@ -113,14 +113,6 @@ def _fire(guards: Sequence[BodyGuard]) -> None:
 
 class Hold:
     """One exclusive hold: ``key`` created at ``fencing_token`` on ``lease``.
-
-    Example::
-
-        hold = Hold(client, key, lease, create_revision, LockLostError, "mutex /locks/a")
-        hold.start_monitor()
-        async with hold.scope():
-            await hold.guarded_txn([Op.put("/data", b"v")])  # commits only while held
-        await hold.release()
     """
 
     def __init__(
@@ -172,12 +164,6 @@ class Hold:
         extra: Sequence[Compare] = (),
     ) -> TxnResult:
         """Run ``success`` only while this hold is current (plus any ``extra`` compares).
-
-        Example::
-
-            result = await hold.guarded_txn([Op.put("/balance", b"42")])
-            if not result.succeeded:
-                ...  # the hold is gone: someone else may own the resource now
         """
         return await self._client.txn([self.compare(), *extra], success, failure)
 
@@ -256,11 +242,6 @@ class Hold:
         """Run a body that is **cancelled** if the hold is lost (see the module docstring); the
         body's caller then gets ``lost()`` -- by default the recipe's
         :class:`~etcd_recipes.errors.LostError` subclass, cause chained.
-
-        Example::
-
-            async with hold.scope():
-                await hold.guarded_txn([Op.put("/data", b"v")])
         """
         if self._lost:
             raise self._lost_error()

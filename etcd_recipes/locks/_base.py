@@ -117,11 +117,15 @@ class _LockBase(ABC):
 
         Example::
 
+            from etcd_recipes import DistributedMutex
+
+            lock = DistributedMutex(client, f"{prefix}/job")
             if await lock.acquire(timeout=5):
                 try:
-                    ...
+                    print("held:", lock.is_held)
                 finally:
                     await lock.release()
+            await lock.aclose()
         """
         self._recipe._check_open()
         check_timeout(timeout)
@@ -184,10 +188,13 @@ class _LockBase(ABC):
 
         Example::
 
+            from etcd_recipes import DistributedMutex
+
+            lock = DistributedMutex(client, f"{prefix}/job")
             await lock.acquire()
-            ...
             if not await lock.release():
                 print("we had lost the lock; our writes were fenced off")
+            await lock.aclose()
         """
         held = self._mine(asyncio.current_task())
         if held is None:
@@ -224,8 +231,12 @@ class _LockBase(ABC):
 
         Example::
 
+            from etcd_recipes import DistributedMutex, Op
+
+            mutex = DistributedMutex(client, f"{prefix}/report-lock")
             async with mutex.with_lock(timeout=5) as hold:
-                await hold.guarded_txn([Op.put("/report/owner", "me")])
+                await hold.guarded_txn([Op.put(f"{prefix}/report/owner", "me")])
+            await mutex.aclose()
         """
         if not await self.acquire(timeout):
             raise LockTimeoutError(f"{self._name}: not acquired within {timeout}s")
@@ -291,7 +302,12 @@ class _LockBase(ABC):
 
         Example::
 
-            await client.txn([mutex.is_owner()], [Op.put("/leader-only", b"x")])
+            from etcd_recipes import DistributedMutex, Op
+
+            mutex = DistributedMutex(client, f"{prefix}/lock")
+            async with mutex:
+                await client.txn([mutex.is_owner()], [Op.put(f"{prefix}/leader-only", b"x")])
+            await mutex.aclose()
         """
         hold = self.hold
         if hold is None:
@@ -309,7 +325,13 @@ class _LockBase(ABC):
 
         Example::
 
-            result = await mutex.guarded_txn([Op.put("/balance", b"42")])
+            from etcd_recipes import DistributedMutex, Op
+
+            mutex = DistributedMutex(client, f"{prefix}/lock")
+            async with mutex:
+                result = await mutex.guarded_txn([Op.put(f"{prefix}/balance", b"42")])
+                print(result.succeeded)  # True while the lock is ours
+            await mutex.aclose()
         """
         hold = self.hold
         if hold is None:
@@ -321,7 +343,13 @@ class _LockBase(ABC):
 
         Example::
 
-            mutex.add_lock_lost_listener(lambda cause: log.error("lock lost: %s", cause))
+            import logging
+
+            from etcd_recipes import DistributedMutex
+
+            mutex = DistributedMutex(client, f"{prefix}/lock")
+            mutex.add_lock_lost_listener(lambda cause: logging.error("lock lost: %s", cause))
+            await mutex.aclose()
         """
         self._lost_listeners.add(listener)
 

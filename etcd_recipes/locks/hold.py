@@ -37,10 +37,15 @@ class LockHold:
 
     Example::
 
+        from etcd_recipes import DistributedMutex, Op
+
+        mutex = DistributedMutex(client, f"{prefix}/accounts-lock")
         async with mutex.with_lock() as hold:
-            result = await hold.guarded_txn([Op.put("/accounts/42", b"100")])
+            result = await hold.guarded_txn([Op.put(f"{prefix}/accounts/42", b"100")])
             if not result.succeeded:
-                ...  # the lock was lost: someone else may own the account now
+                print("the lock was lost: someone else may own the account now")
+            print(hold.fencing_token > 0)  # True
+        await mutex.aclose()
     """
 
     def __init__(self, hold: Hold) -> None:
@@ -77,7 +82,12 @@ class LockHold:
 
         Example::
 
-            await client.txn([hold.compare()], [Op.put("/config", b"v2")])
+            from etcd_recipes import DistributedMutex, Op
+
+            mutex = DistributedMutex(client, f"{prefix}/lock")
+            async with mutex.with_lock() as hold:
+                await client.txn([hold.compare()], [Op.put(f"{prefix}/config", b"v2")])
+            await mutex.aclose()
         """
         return self._hold.compare()
 
@@ -93,7 +103,13 @@ class LockHold:
 
         Example::
 
-            result = await hold.guarded_txn([Op.put("/jobs/7/state", b"done")])
+            from etcd_recipes import DistributedMutex, Op
+
+            mutex = DistributedMutex(client, f"{prefix}/lock")
+            async with mutex.with_lock() as hold:
+                result = await hold.guarded_txn([Op.put(f"{prefix}/jobs/7/state", b"done")])
+                print(result.succeeded)  # True while the hold is current
+            await mutex.aclose()
         """
         return await self._hold.guarded_txn(success, failure, extra=extra)
 

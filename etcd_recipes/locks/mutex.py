@@ -38,11 +38,13 @@ class DistributedMutex(_Queued, Recipe):
 
     Example::
 
-        mutex = DistributedMutex(client, "/locks/orders")
+        from etcd_recipes import DistributedMutex, Op
+
+        mutex = DistributedMutex(client, f"{prefix}/orders-lock")
         async with mutex:
-            ...  # cancelled, with LockLostError raised, if the lock is lost meanwhile
+            print("held:", mutex.is_held)  # cancelled, with LockLostError, if the lock is lost
         async with mutex.with_lock(timeout=5) as hold:
-            await hold.guarded_txn([Op.put("/orders/next", b"42")])
+            await hold.guarded_txn([Op.put(f"{prefix}/orders/next", b"42")])
         await mutex.aclose()
 
     :param lease_ttl: seconds; how long the lock outlives this process if it dies holding it.

@@ -36,10 +36,14 @@ class ReadWriteLockView(_Queued):
 
     Example::
 
+        from etcd_recipes import DistributedReadWriteLock
+
+        rw = DistributedReadWriteLock(client, f"{prefix}/catalog")
         async with rw.read_lock:
-            ...  # shared with other readers
+            print("reading")  # shared with other readers
         async with rw.write_lock.with_lock(timeout=5) as hold:
-            ...  # exclusive
+            print("writing, token", hold.fencing_token)  # exclusive
+        await rw.aclose()
     """
 
     def __init__(self, lock: DistributedReadWriteLock, mode: str) -> None:
@@ -104,11 +108,13 @@ class DistributedReadWriteLock(Recipe):
 
     Example::
 
-        rw = DistributedReadWriteLock(client, "/locks/catalog")
+        from etcd_recipes import DistributedReadWriteLock
+
+        rw = DistributedReadWriteLock(client, f"{prefix}/catalog")
         async with rw.write_lock:
-            await rebuild_catalog()
-            async with rw.read_lock:      # downgrade
-                ...
+            await client.put(f"{prefix}/catalog-data", "rebuilt")
+        async with rw.read_lock:
+            print((await client.get(f"{prefix}/catalog-data")).text)
         await rw.aclose()
 
     :param lease_ttl: seconds; how long a hold outlives this process if it dies holding it.

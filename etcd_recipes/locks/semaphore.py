@@ -114,10 +114,12 @@ class DistributedSemaphore(Recipe):
 
     Example::
 
-        semaphore = DistributedSemaphore(client, "/semaphores/uploads", permits=3)
+        from etcd_recipes import DistributedSemaphore
+
+        semaphore = DistributedSemaphore(client, f"{prefix}/uploads", permits=3)
         async with semaphore.with_permit(timeout=10) as permit:
-            ...  # at most 3 of these run cluster-wide; permit.fencing_token fences writes
-        await semaphore.acquire()      # the split form: any task may release
+            print("token", permit.fencing_token)  # at most 3 of these run cluster-wide
+        await semaphore.acquire()  # the split form: any task may release
         await semaphore.release()
         await semaphore.aclose()
 
@@ -183,7 +185,13 @@ class DistributedSemaphore(Recipe):
 
         Example::
 
-            semaphore.add_permit_lost_listener(lambda cause: log.error("permit lost: %s", cause))
+            import logging
+
+            from etcd_recipes import DistributedSemaphore
+
+            semaphore = DistributedSemaphore(client, f"{prefix}/uploads", permits=3)
+            semaphore.add_permit_lost_listener(lambda cause: logging.error("lost: %s", cause))
+            await semaphore.aclose()
         """
         self._lost_listeners.add(listener)
 
@@ -201,11 +209,15 @@ class DistributedSemaphore(Recipe):
 
         Example::
 
+            from etcd_recipes import DistributedSemaphore
+
+            semaphore = DistributedSemaphore(client, f"{prefix}/slots", permits=2)
             if await semaphore.acquire(timeout=5):
                 try:
-                    ...
+                    print(semaphore.held_permits)  # 1
                 finally:
                     await semaphore.release()
+            await semaphore.aclose()
         """
         permit = await self._acquire_permit(timeout)
         if permit is None:
@@ -221,7 +233,12 @@ class DistributedSemaphore(Recipe):
 
         Example::
 
-            await semaphore.release()
+            from etcd_recipes import DistributedSemaphore
+
+            semaphore = DistributedSemaphore(client, f"{prefix}/slots", permits=2)
+            await semaphore.acquire()
+            print(await semaphore.release())  # True: the permit was held until now
+            await semaphore.aclose()
         """
         if self._stack:
             return await self._stack.pop().held.release()
@@ -422,8 +439,12 @@ class DistributedSemaphore(Recipe):
 
         Example::
 
+            from etcd_recipes import DistributedSemaphore, Op
+
+            semaphore = DistributedSemaphore(client, f"{prefix}/uploads", permits=1)
             async with semaphore.with_permit(timeout=5) as permit:
-                await permit.guarded_txn([Op.put("/uploads/slot", b"busy")])
+                await permit.guarded_txn([Op.put(f"{prefix}/slot", b"busy")])
+            await semaphore.aclose()
         """
         permit = await self._acquire_permit(timeout)
         if permit is None:

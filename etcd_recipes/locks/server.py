@@ -28,10 +28,12 @@ async def server_lock(
 
     Example::
 
+        from etcd_recipes import server_lock, server_unlock
+
         async with client.lease(10) as lease:
-            key = await server_lock(client, "/locks/job", lease.id, timeout=5)
+            key = await server_lock(client, f"{prefix}/job", lease.id, timeout=5)
             try:
-                ...
+                print(key)  # <name>/<lease id in hex>
             finally:
                 await server_unlock(client, key)
     """
@@ -44,6 +46,11 @@ async def server_unlock(client: EtcdClient, key: str | bytes) -> None:
 
     Example::
 
-        await server_unlock(client, key)
+        from etcd_recipes import server_lock, server_unlock
+
+        async with client.lease(10) as lease:
+            key = await server_lock(client, f"{prefix}/job", lease.id)
+            await server_unlock(client, key)
+            await server_unlock(client, key)  # idempotent
     """
     await client.unlock(key)

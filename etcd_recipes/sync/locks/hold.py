@@ -23,10 +23,15 @@ class LockHold(SyncTwin, twin_of=_async.LockHold):
 
     Example::
 
+        from etcd_recipes.sync import DistributedMutex, Op
+
+        mutex = DistributedMutex(client, f"{prefix}/accounts-lock")
         with mutex.with_lock() as hold:
-            result = hold.guarded_txn([Op.put("/accounts/42", b"100")])
+            result = hold.guarded_txn([Op.put(f"{prefix}/accounts/42", b"100")])
             if not result.succeeded:
-                ...  # the lock was lost: someone else may own the account now
+                print("the lock was lost: someone else may own the account now")
+            print(hold.fencing_token > 0)  # True
+        mutex.close()
     """
 
     _a: _async.LockHold
@@ -62,7 +67,12 @@ class LockHold(SyncTwin, twin_of=_async.LockHold):
 
         Example::
 
-            client.txn([hold.compare()], [Op.put("/config", b"v2")])
+            from etcd_recipes.sync import DistributedMutex, Op
+
+            mutex = DistributedMutex(client, f"{prefix}/lock")
+            with mutex.with_lock() as hold:
+                client.txn([hold.compare()], [Op.put(f"{prefix}/config", b"v2")])
+            mutex.close()
         """
         return self._rt.call_sync(self._a.compare)
 
@@ -78,6 +88,12 @@ class LockHold(SyncTwin, twin_of=_async.LockHold):
 
         Example::
 
-            result = hold.guarded_txn([Op.put("/jobs/7/state", b"done")])
+            from etcd_recipes.sync import DistributedMutex, Op
+
+            mutex = DistributedMutex(client, f"{prefix}/lock")
+            with mutex.with_lock() as hold:
+                result = hold.guarded_txn([Op.put(f"{prefix}/jobs/7/state", b"done")])
+                print(result.succeeded)  # True while the hold is current
+            mutex.close()
         """
         return self._rt.call(self._a.guarded_txn, success, failure, extra=extra)

@@ -34,11 +34,13 @@ class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
 
     Example::
 
-        mutex = DistributedMutex(client, "/locks/orders")
+        from etcd_recipes.sync import DistributedMutex, Op
+
+        mutex = DistributedMutex(client, f"{prefix}/orders-lock")
         with mutex:
-            ...  # cancelled, with LockLostError raised, if the lock is lost meanwhile
+            print("held:", mutex.is_held)  # cancelled, with LockLostError, if the lock is lost
         with mutex.with_lock(timeout=5) as hold:
-            hold.guarded_txn([Op.put("/orders/next", b"42")])
+            hold.guarded_txn([Op.put(f"{prefix}/orders/next", b"42")])
         mutex.close()
 
     :param lease_ttl: seconds; how long the lock outlives this process if it dies holding it.
@@ -100,11 +102,15 @@ class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
 
         Example::
 
+            from etcd_recipes.sync import DistributedMutex
+
+            lock = DistributedMutex(client, f"{prefix}/job")
             if lock.acquire(timeout=5):
                 try:
-                    ...
+                    print("held:", lock.is_held)
                 finally:
                     lock.release()
+            lock.close()
         """
         return self._rt.call(self._a.acquire, timeout)
 
@@ -116,10 +122,13 @@ class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
 
         Example::
 
+            from etcd_recipes.sync import DistributedMutex
+
+            lock = DistributedMutex(client, f"{prefix}/job")
             lock.acquire()
-            ...
             if not lock.release():
                 print("we had lost the lock; our writes were fenced off")
+            lock.close()
         """
         return self._rt.call(self._a.release)
 
@@ -133,8 +142,12 @@ class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
 
         Example::
 
+            from etcd_recipes.sync import DistributedMutex, Op
+
+            mutex = DistributedMutex(client, f"{prefix}/report-lock")
             with mutex.with_lock(timeout=5) as hold:
-                hold.guarded_txn([Op.put("/report/owner", "me")])
+                hold.guarded_txn([Op.put(f"{prefix}/report/owner", "me")])
+            mutex.close()
         """
         value = self._rt.call_sync(self._a.with_lock, timeout)
         result: AbstractContextManager[LockHold] = SyncContextManager(self._rt, value, self._twin)
@@ -173,7 +186,12 @@ class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
 
         Example::
 
-            client.txn([mutex.is_owner()], [Op.put("/leader-only", b"x")])
+            from etcd_recipes.sync import DistributedMutex, Op
+
+            mutex = DistributedMutex(client, f"{prefix}/lock")
+            with mutex:
+                client.txn([mutex.is_owner()], [Op.put(f"{prefix}/leader-only", b"x")])
+            mutex.close()
         """
         return self._rt.call_sync(self._a.is_owner)
 
@@ -188,7 +206,13 @@ class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
 
         Example::
 
-            result = mutex.guarded_txn([Op.put("/balance", b"42")])
+            from etcd_recipes.sync import DistributedMutex, Op
+
+            mutex = DistributedMutex(client, f"{prefix}/lock")
+            with mutex:
+                result = mutex.guarded_txn([Op.put(f"{prefix}/balance", b"42")])
+                print(result.succeeded)  # True while the lock is ours
+            mutex.close()
         """
         return self._rt.call(self._a.guarded_txn, success, failure, extra=extra)
 
@@ -197,7 +221,13 @@ class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
 
         Example::
 
-            mutex.add_lock_lost_listener(lambda cause: log.error("lock lost: %s", cause))
+            import logging
+
+            from etcd_recipes.sync import DistributedMutex
+
+            mutex = DistributedMutex(client, f"{prefix}/lock")
+            mutex.add_lock_lost_listener(lambda cause: logging.error("lock lost: %s", cause))
+            mutex.close()
         """
         self._rt.call_sync(self._a.add_lock_lost_listener, self._rt.listener(listener))
 

@@ -29,10 +29,14 @@ class ReadWriteLockView(SyncTwin, twin_of=_async.ReadWriteLockView):
 
     Example::
 
+        from etcd_recipes.sync import DistributedReadWriteLock
+
+        rw = DistributedReadWriteLock(client, f"{prefix}/catalog")
         with rw.read_lock:
-            ...  # shared with other readers
+            print("reading")  # shared with other readers
         with rw.write_lock.with_lock(timeout=5) as hold:
-            ...  # exclusive
+            print("writing, token", hold.fencing_token)  # exclusive
+        rw.close()
     """
 
     _a: _async.ReadWriteLockView
@@ -80,11 +84,15 @@ class ReadWriteLockView(SyncTwin, twin_of=_async.ReadWriteLockView):
 
         Example::
 
+            from etcd_recipes.sync import DistributedMutex
+
+            lock = DistributedMutex(client, f"{prefix}/job")
             if lock.acquire(timeout=5):
                 try:
-                    ...
+                    print("held:", lock.is_held)
                 finally:
                     lock.release()
+            lock.close()
         """
         return self._rt.call(self._a.acquire, timeout)
 
@@ -96,10 +104,13 @@ class ReadWriteLockView(SyncTwin, twin_of=_async.ReadWriteLockView):
 
         Example::
 
+            from etcd_recipes.sync import DistributedMutex
+
+            lock = DistributedMutex(client, f"{prefix}/job")
             lock.acquire()
-            ...
             if not lock.release():
                 print("we had lost the lock; our writes were fenced off")
+            lock.close()
         """
         return self._rt.call(self._a.release)
 
@@ -113,8 +124,12 @@ class ReadWriteLockView(SyncTwin, twin_of=_async.ReadWriteLockView):
 
         Example::
 
+            from etcd_recipes.sync import DistributedMutex, Op
+
+            mutex = DistributedMutex(client, f"{prefix}/report-lock")
             with mutex.with_lock(timeout=5) as hold:
-                hold.guarded_txn([Op.put("/report/owner", "me")])
+                hold.guarded_txn([Op.put(f"{prefix}/report/owner", "me")])
+            mutex.close()
         """
         value = self._rt.call_sync(self._a.with_lock, timeout)
         result: AbstractContextManager[LockHold] = SyncContextManager(self._rt, value, self._twin)
@@ -153,7 +168,12 @@ class ReadWriteLockView(SyncTwin, twin_of=_async.ReadWriteLockView):
 
         Example::
 
-            client.txn([mutex.is_owner()], [Op.put("/leader-only", b"x")])
+            from etcd_recipes.sync import DistributedMutex, Op
+
+            mutex = DistributedMutex(client, f"{prefix}/lock")
+            with mutex:
+                client.txn([mutex.is_owner()], [Op.put(f"{prefix}/leader-only", b"x")])
+            mutex.close()
         """
         return self._rt.call_sync(self._a.is_owner)
 
@@ -168,7 +188,13 @@ class ReadWriteLockView(SyncTwin, twin_of=_async.ReadWriteLockView):
 
         Example::
 
-            result = mutex.guarded_txn([Op.put("/balance", b"42")])
+            from etcd_recipes.sync import DistributedMutex, Op
+
+            mutex = DistributedMutex(client, f"{prefix}/lock")
+            with mutex:
+                result = mutex.guarded_txn([Op.put(f"{prefix}/balance", b"42")])
+                print(result.succeeded)  # True while the lock is ours
+            mutex.close()
         """
         return self._rt.call(self._a.guarded_txn, success, failure, extra=extra)
 
@@ -177,7 +203,13 @@ class ReadWriteLockView(SyncTwin, twin_of=_async.ReadWriteLockView):
 
         Example::
 
-            mutex.add_lock_lost_listener(lambda cause: log.error("lock lost: %s", cause))
+            import logging
+
+            from etcd_recipes.sync import DistributedMutex
+
+            mutex = DistributedMutex(client, f"{prefix}/lock")
+            mutex.add_lock_lost_listener(lambda cause: logging.error("lock lost: %s", cause))
+            mutex.close()
         """
         self._rt.call_sync(self._a.add_lock_lost_listener, self._rt.listener(listener))
 
@@ -198,11 +230,13 @@ class DistributedReadWriteLock(Recipe, twin_of=_async.DistributedReadWriteLock):
 
     Example::
 
-        rw = DistributedReadWriteLock(client, "/locks/catalog")
+        from etcd_recipes.sync import DistributedReadWriteLock
+
+        rw = DistributedReadWriteLock(client, f"{prefix}/catalog")
         with rw.write_lock:
-            rebuild_catalog()
-            with rw.read_lock:      # downgrade
-                ...
+            client.put(f"{prefix}/catalog-data", "rebuilt")
+        with rw.read_lock:
+            print((client.get(f"{prefix}/catalog-data")).text)
         rw.close()
 
     :param lease_ttl: seconds; how long a hold outlives this process if it dies holding it.

@@ -27,10 +27,12 @@ class DistributedSemaphore(Recipe, twin_of=_async.DistributedSemaphore):
 
     Example::
 
-        semaphore = DistributedSemaphore(client, "/semaphores/uploads", permits=3)
+        from etcd_recipes.sync import DistributedSemaphore
+
+        semaphore = DistributedSemaphore(client, f"{prefix}/uploads", permits=3)
         with semaphore.with_permit(timeout=10) as permit:
-            ...  # at most 3 of these run cluster-wide; permit.fencing_token fences writes
-        semaphore.acquire()      # the split form: any task may release
+            print("token", permit.fencing_token)  # at most 3 of these run cluster-wide
+        semaphore.acquire()  # the split form: any task may release
         semaphore.release()
         semaphore.close()
 
@@ -86,7 +88,13 @@ class DistributedSemaphore(Recipe, twin_of=_async.DistributedSemaphore):
 
         Example::
 
-            semaphore.add_permit_lost_listener(lambda cause: log.error("permit lost: %s", cause))
+            import logging
+
+            from etcd_recipes.sync import DistributedSemaphore
+
+            semaphore = DistributedSemaphore(client, f"{prefix}/uploads", permits=3)
+            semaphore.add_permit_lost_listener(lambda cause: logging.error("lost: %s", cause))
+            semaphore.close()
         """
         self._rt.call_sync(self._a.add_permit_lost_listener, self._rt.listener(listener))
 
@@ -102,11 +110,15 @@ class DistributedSemaphore(Recipe, twin_of=_async.DistributedSemaphore):
 
         Example::
 
+            from etcd_recipes.sync import DistributedSemaphore
+
+            semaphore = DistributedSemaphore(client, f"{prefix}/slots", permits=2)
             if semaphore.acquire(timeout=5):
                 try:
-                    ...
+                    print(semaphore.held_permits)  # 1
                 finally:
                     semaphore.release()
+            semaphore.close()
         """
         return self._rt.call(self._a.acquire, timeout)
 
@@ -118,7 +130,12 @@ class DistributedSemaphore(Recipe, twin_of=_async.DistributedSemaphore):
 
         Example::
 
-            semaphore.release()
+            from etcd_recipes.sync import DistributedSemaphore
+
+            semaphore = DistributedSemaphore(client, f"{prefix}/slots", permits=2)
+            semaphore.acquire()
+            print(semaphore.release())  # True: the permit was held until now
+            semaphore.close()
         """
         return self._rt.call(self._a.release)
 
@@ -132,8 +149,12 @@ class DistributedSemaphore(Recipe, twin_of=_async.DistributedSemaphore):
 
         Example::
 
+            from etcd_recipes.sync import DistributedSemaphore, Op
+
+            semaphore = DistributedSemaphore(client, f"{prefix}/uploads", permits=1)
             with semaphore.with_permit(timeout=5) as permit:
-                permit.guarded_txn([Op.put("/uploads/slot", b"busy")])
+                permit.guarded_txn([Op.put(f"{prefix}/slot", b"busy")])
+            semaphore.close()
         """
         value = self._rt.call_sync(self._a.with_permit, timeout)
         result: AbstractContextManager[LockHold] = SyncContextManager(self._rt, value, self._twin)

@@ -28,10 +28,12 @@ def server_lock(
 
     Example::
 
+        from etcd_recipes.sync import server_lock, server_unlock
+
         with client.lease(10) as lease:
-            key = server_lock(client, "/locks/job", lease.id, timeout=5)
+            key = server_lock(client, f"{prefix}/job", lease.id, timeout=5)
             try:
-                ...
+                print(key)  # <name>/<lease id in hex>
             finally:
                 server_unlock(client, key)
     """
@@ -44,6 +46,11 @@ def server_unlock(client: EtcdClient, key: str | bytes) -> None:
 
     Example::
 
-        server_unlock(client, key)
+        from etcd_recipes.sync import server_lock, server_unlock
+
+        with client.lease(10) as lease:
+            key = server_lock(client, f"{prefix}/job", lease.id)
+            server_unlock(client, key)
+            server_unlock(client, key)  # idempotent
     """
     client._rt.call(_async.server_unlock, client._a, key)
