@@ -112,8 +112,7 @@ def _fire(guards: Sequence[BodyGuard]) -> None:
 
 
 class Hold:
-    """One exclusive hold: ``key`` created at ``fencing_token`` on ``lease``.
-    """
+    """One exclusive hold: ``key`` created at ``fencing_token`` on ``lease``."""
 
     def __init__(
         self,
@@ -163,8 +162,7 @@ class Hold:
         *,
         extra: Sequence[Compare] = (),
     ) -> TxnResult:
-        """Run ``success`` only while this hold is current (plus any ``extra`` compares).
-        """
+        """Run ``success`` only while this hold is current (plus any ``extra`` compares)."""
         return await self._client.txn([self.compare(), *extra], success, failure)
 
     def add_listener(self, listener: Callable[[BaseException | None], Any]) -> None:
