@@ -33,10 +33,10 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 gen-sync: $(STAMP)
-	$(BIN)/python tools/gen_sync.py
+	$(BIN)/python -m tools.gen_sync
 
 gen-sync-check: $(STAMP)
-	$(BIN)/python tools/gen_sync.py --check
+	$(BIN)/python -m tools.gen_sync --check
 
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict --quiet --site-dir build/site

@@ -43,8 +43,7 @@ from typing import Any
 import grpc
 from aetcd import rpc
 
-from etcd_recipes import EtcdClient, connect
-from etcd_recipes.lock import DistributedMutex, server_lock, server_unlock
+from etcd_recipes import DistributedMutex, EtcdClient, connect, server_lock, server_unlock
 
 TIMEOUT = 10.0
 TARGET_RATIO = 0.70

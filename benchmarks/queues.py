@@ -35,10 +35,16 @@ from collections.abc import Awaitable, Callable
 
 import psutil
 
-from etcd_recipes import Cmp, EtcdClient, Op, connect
-from etcd_recipes.queue import DistributedQueue
+from etcd_recipes import (
+    Cmp,
+    DistributedQueue,
+    DistributedWorkQueue,
+    EtcdClient,
+    Op,
+    WorkQueueConfig,
+    connect,
+)
 from etcd_recipes.testing import EtcdServer
-from etcd_recipes.work_queue import DistributedWorkQueue, WorkQueueConfig
 
 PRODUCERS = CONSUMERS = 4
 VALUE = b"x" * 64

@@ -15,8 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from etcd_recipes import LockLostError, Op, connect
-from etcd_recipes.lock import DistributedMutex
+from etcd_recipes import DistributedMutex, LockLostError, Op, connect
 
 from ._children import reap, spawn
 

@@ -26,8 +26,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from etcd_recipes import UTF8, connect
-from etcd_recipes.work_queue import DistributedWorkQueue, WorkQueueConfig
+from etcd_recipes import UTF8, DistributedWorkQueue, WorkQueueConfig, connect
 
 PATH = "/demo/work/thumbnails"
 CONFIG = WorkQueueConfig(visibility_timeout=2, max_deliveries=2, sweep_interval=0.5)

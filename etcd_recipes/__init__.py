@@ -131,16 +131,18 @@ from .events import (
     state_after,
 )
 from .keyvalue import TransientKeyValue
-from .lock import (
-    DistributedMutex,
-    DistributedReadWriteLock,
-    LockHold,
-    ReadWriteLockView,
-    server_lock,
-    server_unlock,
-)
+from .locks.hold import LockHold
+from .locks.mutex import DistributedMutex
+from .locks.rwlock import DistributedReadWriteLock, ReadWriteLockView
+from .locks.semaphore import DistributedSemaphore
+from .locks.server import server_lock, server_unlock
 from .metrics import NOOP_METRICS, EtcdMetrics
-from .queue import MAX_PRIORITY, DistributedPriorityQueue, DistributedQueue, InvalidPriorityError
+from .queues.config import WorkQueueConfig
+from .queues.dead_letters import DeadLetter
+from .queues.fifo import DistributedQueue
+from .queues.item import WorkItem
+from .queues.priority import MAX_PRIORITY, DistributedPriorityQueue, InvalidPriorityError
+from .queues.work import DistributedWorkQueue
 from .resilience import (
     Bounded,
     ExponentialBackoff,
@@ -151,7 +153,6 @@ from .resilience import (
     RpcResilience,
     WatchResilience,
 )
-from .semaphore import DistributedSemaphore
 from .types import (
     DeleteResult,
     ElectionLeaderKey,
@@ -168,7 +169,6 @@ from .types import (
     TxnResult,
     WatchEvent,
 )
-from .work_queue import DeadLetter, DistributedWorkQueue, WorkItem, WorkQueueConfig
 
 __version__ = "0.1.0.dev0"
 

@@ -28,7 +28,7 @@ What a codec does *not* do:
 
 Example::
 
-    from etcd_recipes.codecs import INT64, JSON, as_codec
+    from etcd_recipes import INT64, JSON, as_codec
 
     data = INT64.encode(42)             # b"\\x00\\x00\\x00\\x00\\x00\\x00\\x00*"
     assert INT64.decode(data) == 42
@@ -52,17 +52,9 @@ import codecs as _stdlib_codecs
 import json
 import operator
 from collections.abc import Mapping
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    ClassVar,
-    Final,
-    Generic,
-    Protocol,
-    TypeVar,
-    overload,
-    runtime_checkable,
-)
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Generic, Protocol, cast, runtime_checkable
+
+from typing_extensions import TypeVar
 
 from etcd_recipes.errors import CodecError, InvalidArgumentError
 
@@ -87,6 +79,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+ValueT = TypeVar("ValueT", default=bytes)
+"""The value type of a recipe with an optional codec: ``bytes`` without one (PEP 696)."""
 M = TypeVar("M", bound="BaseModel")
 
 _BytesLike = (bytes, bytearray, memoryview)
@@ -103,10 +97,13 @@ class Codec(Protocol[T]):
 
     Example::
 
+        from etcd_recipes import INT64, Codec
+
         def store(codec: Codec[int], value: int) -> bytes:
             return codec.encode(value)
 
-        store(INT64, 7)  # b"\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x07"
+        assert store(INT64, 7) == b"\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x07"
+        assert isinstance(INT64, Codec)
     """
 
     def encode(self, value: T) -> bytes:
@@ -114,7 +111,9 @@ class Codec(Protocol[T]):
 
         Example::
 
-            UTF8.encode("hé")  # b"h\\xc3\\xa9"
+            from etcd_recipes import UTF8
+
+            assert UTF8.encode("hé") == b"h\\xc3\\xa9"
         """
         ...
 
@@ -123,7 +122,9 @@ class Codec(Protocol[T]):
 
         Example::
 
-            UTF8.decode(b"h\\xc3\\xa9")  # "hé"
+            from etcd_recipes import UTF8
+
+            assert UTF8.decode(b"h\\xc3\\xa9") == "hé"
         """
         ...
 
@@ -156,19 +157,16 @@ class BytesCodec:
 
     Example::
 
-        BYTES.encode(bytearray(b"ab"))  # b"ab"
-        BYTES.decode(b"ab")             # b"ab"
+        from etcd_recipes import BYTES
+
+        assert BYTES.encode(bytearray(b"ab")) == b"ab"
+        assert BYTES.decode(b"ab") == b"ab"
     """
 
     __slots__ = ()
 
     def encode(self, value: bytes | bytearray | memoryview) -> bytes:
-        """Return ``value`` as ``bytes``.
-
-        Example::
-
-            BYTES.encode(memoryview(b"xy"))  # b"xy"
-        """
+        """Return ``value`` as ``bytes``."""
         if isinstance(value, bytes):
             return value
         if isinstance(value, (bytearray, memoryview)):
@@ -180,12 +178,7 @@ class BytesCodec:
         )
 
     def decode(self, data: bytes) -> bytes:
-        """Return ``data`` unchanged (as ``bytes``).
-
-        Example::
-
-            BYTES.decode(b"xy")  # b"xy"
-        """
+        """Return ``data`` unchanged (as ``bytes``)."""
         return _require_bytes(self, data)
 
     def __repr__(self) -> str:
@@ -208,9 +201,11 @@ class StrCodec:
 
     Example::
 
+        from etcd_recipes import UTF8, StrCodec
+
         latin1 = StrCodec("latin-1")
-        latin1.encode("é")        # b"\\xe9"
-        UTF8.decode(b"caf\\xc3\\xa9")  # "café"
+        assert latin1.encode("é") == b"\\xe9"
+        assert UTF8.decode(b"caf\\xc3\\xa9") == "café"
     """
 
     __slots__ = ("_encoding",)
@@ -227,17 +222,14 @@ class StrCodec:
 
         Example::
 
-            StrCodec("UTF8").encoding  # "utf-8"
+            from etcd_recipes import StrCodec
+
+            assert StrCodec("UTF8").encoding == "utf-8"
         """
         return self._encoding
 
     def encode(self, value: str) -> bytes:
-        """Return ``value`` encoded as bytes.
-
-        Example::
-
-            UTF8.encode("ok")  # b"ok"
-        """
+        """Return ``value`` encoded as bytes."""
         if not isinstance(value, str):
             raise CodecError(f"StrCodec.encode expects str, got {_type_name(value)}")
         try:
@@ -246,12 +238,7 @@ class StrCodec:
             raise CodecError(f"cannot encode text as {self._encoding}: {exc}") from exc
 
     def decode(self, data: bytes) -> str:
-        """Return ``data`` decoded to text.
-
-        Example::
-
-            UTF8.decode(b"ok")  # "ok"
-        """
+        """Return ``data`` decoded to text."""
         raw = _require_bytes(self, data)
         try:
             return raw.decode(self._encoding)
@@ -323,8 +310,10 @@ class Int32Codec(_FixedWidthIntCodec):
 
     Example::
 
-        INT32.encode(1)             # b"\\x00\\x00\\x00\\x01"
-        INT32.decode(b"\\xff" * 4)  # -1
+        from etcd_recipes import INT32
+
+        assert INT32.encode(1) == b"\\x00\\x00\\x00\\x01"
+        assert INT32.decode(b"\\xff" * 4) == -1
     """
 
     __slots__ = ()
@@ -343,8 +332,10 @@ class Int64Codec(_FixedWidthIntCodec):
 
     Example::
 
-        INT64.encode(1)                    # b"\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x01"
-        INT64.decode(b"\\x80" + b"\\x00" * 7)  # -2**63
+        from etcd_recipes import INT64
+
+        assert INT64.encode(1) == b"\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x01"
+        assert INT64.decode(b"\\x80" + b"\\x00" * 7) == -(2**63)
     """
 
     __slots__ = ()
@@ -379,8 +370,12 @@ class JsonCodec:
 
     Example::
 
-        JSON.encode({"n": 1, "s": "é"})  # b'{"n":1,"s":"\\xc3\\xa9"}'
-        JsonCodec(dumps_kwargs={"sort_keys": True}).encode({"b": 1, "a": 2})  # b'{"a":2,"b":1}'
+        from etcd_recipes import JSON, JsonCodec
+
+        assert JSON.encode({"n": 1, "s": "é"}) == b'{"n":1,"s":"\\xc3\\xa9"}'
+        ordered = JsonCodec(dumps_kwargs={"sort_keys": True})
+        assert ordered.encode({"b": 1, "a": 2}) == b'{"a":2,"b":1}'
+        assert JSON.decode(b'{"a":[1,2]}') == {"a": [1, 2]}
     """
 
     __slots__ = ("_dumps_kwargs", "_loads_kwargs")
@@ -401,12 +396,7 @@ class JsonCodec:
         self._loads_kwargs: dict[str, Any] = dict(loads_kwargs or {})
 
     def encode(self, value: Any) -> bytes:
-        """Return ``value`` serialized as compact UTF-8 JSON.
-
-        Example::
-
-            JSON.encode([1, None, True])  # b"[1,null,true]"
-        """
+        """Return ``value`` serialized as compact UTF-8 JSON."""
         try:
             text = json.dumps(value, **self._dumps_kwargs)
             return text.encode("utf-8")
@@ -416,12 +406,7 @@ class JsonCodec:
             ) from exc
 
     def decode(self, data: bytes) -> Any:
-        """Return the value parsed from UTF-8 JSON ``data``.
-
-        Example::
-
-            JSON.decode(b'{"a":[1,2]}')  # {"a": [1, 2]}
-        """
+        """Return the value parsed from UTF-8 JSON ``data``."""
         raw = _require_bytes(self, data)
         try:
             return json.loads(raw.decode("utf-8"), **self._loads_kwargs)
@@ -452,13 +437,17 @@ class PydanticCodec(Generic[M]):
 
     Example::
 
+        import pydantic
+
+        from etcd_recipes import PydanticCodec
+
         class Job(pydantic.BaseModel):
             id: int
             name: str
 
         jobs = PydanticCodec(Job)
-        jobs.encode(Job(id=1, name="x"))        # b'{"id":1,"name":"x"}'
-        jobs.decode(b'{"id":1,"name":"x"}')     # Job(id=1, name='x')
+        assert jobs.encode(Job(id=1, name="x")) == b'{"id":1,"name":"x"}'
+        assert jobs.decode(b'{"id":1,"name":"x"}') == Job(id=1, name="x")
     """
 
     __slots__ = ("_model",)
@@ -487,7 +476,12 @@ class PydanticCodec(Generic[M]):
 
         Example::
 
-            PydanticCodec(Job).model  # Job
+            import pydantic
+
+            from etcd_recipes import PydanticCodec
+
+            Job = pydantic.create_model("Job", id=(int, ...))
+            assert PydanticCodec(Job).model is Job
         """
         return self._model
 
@@ -496,7 +490,12 @@ class PydanticCodec(Generic[M]):
 
         Example::
 
-            PydanticCodec(Job).encode(Job(id=1, name="x"))  # b'{"id":1,"name":"x"}'
+            import pydantic
+
+            from etcd_recipes import PydanticCodec
+
+            Job = pydantic.create_model("Job", id=(int, ...), name=(str, ...))
+            assert PydanticCodec(Job).encode(Job(id=1, name="x")) == b'{"id":1,"name":"x"}'
         """
         if not isinstance(value, self._model):
             raise CodecError(
@@ -513,7 +512,12 @@ class PydanticCodec(Generic[M]):
 
         Example::
 
-            PydanticCodec(Job).decode(b'{"id":1,"name":"x"}')  # Job(id=1, name='x')
+            import pydantic
+
+            from etcd_recipes import PydanticCodec
+
+            Job = pydantic.create_model("Job", id=(int, ...), name=(str, ...))
+            assert PydanticCodec(Job).decode(b'{"id":1,"name":"x"}') == Job(id=1, name="x")
         """
         raw = _require_bytes(self, data)
         try:
@@ -528,15 +532,7 @@ class PydanticCodec(Generic[M]):
 # --------------------------------------------------------------------------- helpers
 
 
-@overload
-def as_codec(codec: None) -> BytesCodec: ...
-
-
-@overload
-def as_codec(codec: Codec[T]) -> Codec[T]: ...
-
-
-def as_codec(codec: Codec[Any] | None) -> Codec[Any]:
+def as_codec(codec: Codec[ValueT] | None) -> Codec[ValueT]:
     """Return ``codec``, or :data:`BYTES` when it is ``None`` (the library's default).
 
     Raises :class:`~etcd_recipes.errors.InvalidArgumentError` if ``codec`` lacks ``encode``
@@ -544,11 +540,13 @@ def as_codec(codec: Codec[Any] | None) -> Codec[Any]:
 
     Example::
 
-        as_codec(None) is BYTES   # True
-        as_codec(INT64) is INT64  # True
+        from etcd_recipes import BYTES, INT64, as_codec
+
+        assert as_codec(None) is BYTES
+        assert as_codec(INT64) is INT64
     """
     if codec is None:
-        return BYTES
+        return cast("Codec[ValueT]", BYTES)  # nothing binds ValueT: bytes
     if isinstance(codec, type):
         raise InvalidArgumentError(
             f"codec must be an instance, not the class {codec.__name__}; "
@@ -569,8 +567,10 @@ def to_bytes(data: bytes | bytearray | memoryview | str) -> bytes:
 
     Example::
 
-        to_bytes("/locks/é")      # b"/locks/\\xc3\\xa9"
-        to_bytes(bytearray(b"k"))  # b"k"
+        from etcd_recipes import to_bytes
+
+        assert to_bytes("/locks/é") == b"/locks/\\xc3\\xa9"
+        assert to_bytes(bytearray(b"k")) == b"k"
     """
     if isinstance(data, bytes):
         return data

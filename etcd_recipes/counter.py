@@ -15,8 +15,11 @@ int64 range are rejected rather than wrapped.
 
 Example::
 
-    async with DistributedAtomicLong(client, "/counters/orders") as counter:
+    from etcd_recipes import DistributedAtomicLong
+
+    async with DistributedAtomicLong(client, f"{prefix}/orders") as counter:
         order_no = await counter.increment()
+        assert order_no == 1          # the key was created with default 0
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from ._core.recipe import Recipe
 from ._core.txn import Cmp, Op
+from ._core.validate import check_int_range, check_path
 from .codecs import INT64
 from .errors import InvalidArgumentError
 from .types import RangeResult
@@ -44,8 +48,11 @@ class DistributedAtomicLong(Recipe):
 
     Example::
 
-        counter = DistributedAtomicLong(client, "/counters/visits", default=100)
+        from etcd_recipes import DistributedAtomicLong
+
+        counter = DistributedAtomicLong(client, f"{prefix}/visits", default=100)
         print(await counter.add(5))   # 105 if this call created the key
+        assert await counter.decrement() == 104
         await counter.aclose()
 
     ``start()`` is optional: every operation creates the key when it is missing.
@@ -102,8 +109,7 @@ class DistributedAtomicLong(Recipe):
         int64 range.
         """
         self._check_open()
-        if isinstance(delta, bool) or not isinstance(delta, int):
-            raise InvalidArgumentError(f"delta must be an int, not {type(delta).__name__}")
+        check_int_range(delta, what="delta")
         kv = await self._client.get(self.path)
         if kv is None:
             kv = (await self._create_if_missing()).kvs[0]
@@ -136,8 +142,11 @@ class DistributedAtomicLong(Recipe):
 
         Example::
 
-            await DistributedAtomicLong.delete(client, "/counters/visits")
-        """
-        from ._core.validate import check_path
+            from etcd_recipes import DistributedAtomicLong
 
+            async with DistributedAtomicLong(client, f"{prefix}/visits") as counter:
+                await counter.increment()
+            assert await DistributedAtomicLong.delete(client, f"{prefix}/visits") is True
+            assert await DistributedAtomicLong.delete(client, f"{prefix}/visits") is False
+        """
         return (await client.delete(check_path(path))).deleted > 0

@@ -17,8 +17,11 @@ watchers see a delete followed by a put. Two owners of the same key overwrite ea
 
 Example::
 
-    async with TransientKeyValue(client, "/presence/worker-1", "alive") as presence:
-        ...  # the key exists while this block runs
+    from etcd_recipes import TransientKeyValue
+
+    async with TransientKeyValue(client, f"{prefix}/worker-1", "alive") as presence:
+        assert (await client.get(presence.key)).value == b"alive"   # exists while this runs
+    assert await client.get(f"{prefix}/worker-1") is None            # gone at once on close
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ._core.lease import SelfHealingLease, validate_ttl
+from ._core.lease import SelfHealingLease
 from ._core.listeners import ListenerSet
 from ._core.recipe import Recipe
+from ._core.validate import check_ttl
 from .codecs import Codec, to_bytes
 from .errors import LeaseEventError
 from .events import LeaseEvent, LeaseRestored
@@ -49,11 +53,15 @@ class TransientKeyValue(Recipe, Generic[T]):
 
     Example::
 
-        presence = TransientKeyValue(client, "/svc/a", {"port": 8080}, codec=JSON, lease_ttl=5)
+        from etcd_recipes import JSON, TransientKeyValue
+
+        key = f"{prefix}/svc-a"
+        presence = TransientKeyValue(client, key, {"port": 8080}, codec=JSON, lease_ttl=5)
         presence.add_lease_listener(print)
         await presence.start()
-        ...
+        assert (await client.get(presence.key)).value == b'{"port":8080}'
         await presence.aclose()   # the key is gone at once
+        assert await client.get(presence.key) is None
     """
 
     def __init__(
@@ -70,7 +78,7 @@ class TransientKeyValue(Recipe, Generic[T]):
         self.value = value
         """The value as given."""
         self._data = codec.encode(value) if codec is not None else to_bytes(value)  # type: ignore[arg-type]
-        self.lease_ttl = validate_ttl(lease_ttl)
+        self.lease_ttl = check_ttl(lease_ttl, what="lease_ttl")
         self._lease: SelfHealingLease | None = None
         self._lease_listeners = ListenerSet("lease", self._record_exception_at)
 

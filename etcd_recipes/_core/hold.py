@@ -9,8 +9,28 @@ Shared by every exclusive recipe (mutex, read-write lock, semaphore permits, lea
 * **Lost means lost**: a hold is lost when its lease is lost (expired, revoked, renewals
   stopped past the TTL) or its key is deleted out of band. Loss is detected by a background
   monitor (a watch on the key anchored at the acquisition's revision + 1, plus the lease's own
-  loss signal), reported once to listeners, and cancels every :meth:`Hold.scope` body, which
-  then raises the recipe's :class:`~etcd_recipes.errors.LostError` subclass.
+  loss signal) and reported once to listeners.
+
+**How a lost hold cancels the body** -- the one mechanism of every exclusive hold (mutex,
+read-write lock, semaphore permits, leadership terms). A scoped body runs inside
+:meth:`Hold.scope`, which registers a *body guard* for the task running it. When the hold is
+lost (or its recipe closes under it), every guard of the hold is fired: the guarded task gets
+**one** ``task.cancel()`` (from its innermost guard). When the body's scope exits, the guard
+turns that cancellation into the recipe's :class:`~etcd_recipes.errors.LostError` subclass
+(``LockLostError``, ``PermitLostError``, ``LeadershipLostError``; the cause chained) and undoes
+its own cancel request (``Task.uncancel()``), so an enclosing ``asyncio.timeout`` or anyio scope
+does not mistake it for its own. Two cases keep the original exception: a cancellation that
+someone else requested too (``Task.cancelling()`` grew beyond what the guard issued: theirs
+wins, unchanged), and an inner scope that already raised the ``LostError``.
+
+Why ``task.cancel()`` and not an anyio cancel scope: the blocking facade runs a ``with``
+block's ``__aenter__`` and ``__aexit__`` as two calls into one task on its loop thread, each
+inside a shielded scope of its own, so a cancel scope opened by ``__aenter__`` could neither be
+exited by ``__aexit__`` nor reach the task between the two calls. A task cancellation reaches
+that task wherever it waits (in the facade: for the caller's thread to leave the block), and
+the guard converts it at ``__aexit__``. The body itself runs in the caller's thread and cannot
+be interrupted there; the ``LostError`` is raised when the block ends, and ``is_lost`` and the
+listeners tell earlier. In async code the body is interrupted at its next ``await``.
 
 Not guaranteed: detection takes time (up to a keep-alive interval, or the watch's delivery);
 a paused process notices only when it runs again. Use the fencing compare for writes that
@@ -22,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from asyncio import Task
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -37,22 +58,61 @@ from .waiting import wait_for_change
 if TYPE_CHECKING:
     from ..client import EtcdClient
 
-__all__ = ["Hold"]
+__all__ = ["BodyGuard", "Hold", "cancelling"]
 
 log = logging.getLogger("etcd_recipes.hold")
 
 
+def cancelling(task: asyncio.Task[Any]) -> int:
+    """``task.cancelling()`` (Python >= 3.11), else 0."""
+    count = getattr(task, "cancelling", None)
+    return int(count()) if count is not None else 0
+
+
+class BodyGuard:
+    """One scoped body's registration for loss: its task, and whether it was fired."""
+
+    __slots__ = ("active", "cancelling", "fired", "issued", "task")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task = task
+        self.active = True
+        self.fired = False
+        self.issued = False  # our task.cancel() took effect (to be undone with uncancel())
+        self.cancelling = cancelling(task)
+
+    def leave(
+        self, exc: BaseException | None, lost: Callable[[], LostError]
+    ) -> BaseException | None:
+        """Deactivate; the error to raise instead of ``exc`` (``None``: let ``exc`` be)."""
+        self.active = False
+        if not self.fired:
+            return None
+        if self.issued:
+            uncancel = getattr(self.task, "uncancel", None)
+            if uncancel is not None:
+                uncancel()
+        if isinstance(exc, LostError):
+            return None  # an inner block converted already
+        if isinstance(exc, asyncio.CancelledError) and cancelling(self.task) > self.cancelling:
+            return None  # the task is being cancelled by someone else too: theirs wins
+        return lost()
+
+
+def _fire(guards: Sequence[BodyGuard]) -> None:
+    """Mark the active guards fired; cancel each of their tasks once (from its innermost)."""
+    innermost: dict[asyncio.Task[Any], BodyGuard] = {}
+    for guard in guards:
+        if guard.active and not guard.fired:
+            guard.fired = True
+            innermost[guard.task] = guard
+    for task, guard in innermost.items():
+        if not task.done():
+            guard.issued = task.cancel("the hold was lost")
+
+
 class Hold:
-    """One exclusive hold: ``key`` created at ``fencing_token`` on ``lease``.
-
-    Example::
-
-        hold = Hold(client, key, lease, create_revision, LockLostError, "mutex /locks/a")
-        hold.start_monitor()
-        async with hold.scope():
-            await hold.guarded_txn([Op.put("/data", b"v")])  # commits only while held
-        await hold.release()
-    """
+    """One exclusive hold: ``key`` created at ``fencing_token`` on ``lease``."""
 
     def __init__(
         self,
@@ -75,7 +135,8 @@ class Hold:
         self._lost = False
         self.lost_cause: BaseException | None = None
         self._released = False
-        self._scopes: set[anyio.CancelScope] = set()
+        self._guards: list[BodyGuard] = []
+        self._loss_hooks: list[Callable[[BaseException | None], None]] = []
         self._monitor: asyncio.Task[None] | None = None
         self.listeners = ListenerSet("hold-lost")
 
@@ -101,19 +162,18 @@ class Hold:
         *,
         extra: Sequence[Compare] = (),
     ) -> TxnResult:
-        """Run ``success`` only while this hold is current (plus any ``extra`` compares).
-
-        Example::
-
-            result = await hold.guarded_txn([Op.put("/balance", b"42")])
-            if not result.succeeded:
-                ...  # the hold is gone: someone else may own the resource now
-        """
+        """Run ``success`` only while this hold is current (plus any ``extra`` compares)."""
         return await self._client.txn([self.compare(), *extra], success, failure)
 
     def add_listener(self, listener: Callable[[BaseException | None], Any]) -> None:
         """Call ``listener(cause)`` once, when the hold is lost."""
         self.listeners.add(listener)
+
+    def add_loss_hook(self, hook: Callable[[BaseException | None], None]) -> None:
+        """Call ``hook(cause)`` synchronously when the hold is lost, before its scoped bodies
+        are cancelled (for the recipe's own bookkeeping; user listeners use
+        :meth:`add_listener`, which runs them later, on the loop)."""
+        self._loss_hooks.append(hook)
 
     def start_monitor(self, after_revision: int | None = None) -> None:
         """Start watching for loss (key deleted after ``after_revision``, or lease lost)."""
@@ -166,25 +226,46 @@ class Hold:
         self._lost = True
         self.lost_cause = cause
         log.warning("%s: hold lost (%s)", self._owner, cause)
-        for scope in list(self._scopes):
-            scope.cancel()
+        for hook in self._loss_hooks:
+            try:
+                hook(cause)
+            except Exception:
+                log.exception("%s: a loss hook failed", self._owner)
+        _fire(self._guards)
         with contextlib.suppress(RuntimeError):
             self.listeners.emit(cause)
 
     @contextlib.asynccontextmanager
-    async def scope(self) -> AsyncIterator[Hold]:
-        """Run a body that is **cancelled** if the hold is lost; the body's caller then gets
-        the recipe's :class:`~etcd_recipes.errors.LostError` (cause chained)."""
+    async def scope(self, lost: Callable[[], LostError] | None = None) -> AsyncIterator[Hold]:
+        """Run a body that is **cancelled** if the hold is lost (see the module docstring); the
+        body's caller then gets ``lost()`` -- by default the recipe's
+        :class:`~etcd_recipes.errors.LostError` subclass, cause chained.
+        """
         if self._lost:
             raise self._lost_error()
-        with anyio.CancelScope() as cancel_scope:
-            self._scopes.add(cancel_scope)
-            try:
-                yield self
-            finally:
-                self._scopes.discard(cancel_scope)
-        if self._lost and cancel_scope.cancelled_caught:
-            raise self._lost_error()
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("Hold.scope() runs in an asyncio task")
+        guard = BodyGuard(task)
+        self._guards.append(guard)
+        convert = lost or self._lost_error
+        try:
+            yield self
+        except BaseException as exc:
+            self._guards.remove(guard)
+            replacement = guard.leave(exc, convert)
+            if replacement is not None:
+                raise replacement from exc
+            raise
+        self._guards.remove(guard)
+        replacement = guard.leave(None, convert)
+        if replacement is not None:
+            raise replacement
+
+    def cancel_bodies(self, *, sparing: Task[Any] | None = None) -> None:
+        """Cancel the scoped bodies of this hold (its recipe is closing), except ``sparing``'s
+        (the task that closes it): they raise their ``lost()`` error, as on loss."""
+        _fire([g for g in self._guards if g.task is not sparing])
 
     def _lost_error(self) -> LostError:
         err = self._error(f"{self._owner}: the hold was lost ({self.lost_cause})")

@@ -10,10 +10,9 @@ import time
 import anyio
 import pytest
 
-from etcd_recipes.lock import DistributedMutex, DistributedReadWriteLock
-from etcd_recipes.semaphore import DistributedSemaphore
+from etcd_recipes import DistributedMutex, DistributedReadWriteLock, DistributedSemaphore
 
-from ._util import keys, lease_alive, lease_of, queued
+from .helpers import keys, lease_alive, lease_of, queued
 
 
 async def _cancel_task(coro):

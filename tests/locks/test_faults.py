@@ -8,8 +8,7 @@ import asyncio
 
 import pytest
 
-from etcd_recipes import ConnectionState, LockLostError, Op, connect
-from etcd_recipes.lock import DistributedMutex
+from etcd_recipes import ConnectionState, DistributedMutex, LockLostError, Op, connect
 from tests.helpers import eventually
 
 

@@ -7,10 +7,9 @@ import asyncio
 
 import pytest
 
-from etcd_recipes.lock import DistributedMutex, DistributedReadWriteLock
-from etcd_recipes.semaphore import DistributedSemaphore
+from etcd_recipes import DistributedMutex, DistributedReadWriteLock, DistributedSemaphore
 
-from ._util import queued, traffic
+from .helpers import queued, traffic
 
 
 async def _chain(client, acquire_all, count_keys: int, prefix: str, release_first):

@@ -11,12 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from etcd_recipes import InvalidArgumentError
+from etcd_recipes import (
+    DistributedMutex,
+    InvalidArgumentError,
+    LockTimeoutError,
+    server_lock,
+    server_unlock,
+)
 from etcd_recipes._proto import v3lock
-from etcd_recipes.lock import DistributedMutex, LockTimeoutError, server_lock, server_unlock
 from etcd_recipes.testing import find_etcdctl_binary
 
-from ._util import keys, queued
+from .helpers import keys, queued
 
 
 def _etcdctl_lock(etcd_server, path: str, *command: str) -> subprocess.Popen[str]:

@@ -6,16 +6,19 @@ import asyncio
 
 import pytest
 
-from etcd_recipes import ConnectionState, LockLostError, Op, RecipeClosedError
-from etcd_recipes.lock import (
+from etcd_recipes import (
+    ConnectionState,
     DistributedMutex,
     LockHold,
+    LockLostError,
     LockNotHeldError,
     LockTimeoutError,
+    Op,
+    RecipeClosedError,
 )
 from tests.helpers import eventually
 
-from ._util import keys, lease_alive, lease_of, queued
+from .helpers import keys, lease_alive, lease_of, queued
 
 
 async def test_uncontended_cycle_and_key_layout(etcd_client, etcd_prefix):

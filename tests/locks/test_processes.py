@@ -16,7 +16,7 @@ SCRIPT = textwrap.dedent(
     """
     import asyncio, json, sys, time
     from etcd_recipes import INT64, connect
-    from etcd_recipes.lock import DistributedMutex
+    from etcd_recipes import DistributedMutex
 
     async def main(endpoint, path, counter, tasks, rounds):
         async with connect(endpoint) as client:

@@ -7,8 +7,7 @@ import asyncio
 
 import pytest
 
-from etcd_recipes import connect
-from etcd_recipes.lock import DistributedMutex
+from etcd_recipes import DistributedMutex, connect
 
 
 @pytest.mark.slow

@@ -7,11 +7,10 @@ import asyncio
 
 import pytest
 
-from etcd_recipes import LockLostError, Op
-from etcd_recipes.lock import DistributedReadWriteLock, LockUpgradeError
+from etcd_recipes import DistributedReadWriteLock, LockLostError, LockUpgradeError, Op
 from tests.helpers import eventually
 
-from ._util import keys, queued
+from .helpers import keys, queued
 
 
 @pytest.fixture

@@ -9,12 +9,20 @@ import random
 import anyio
 import pytest
 
-from etcd_recipes import INT32, ConnectionState, Op, PermitLostError
-from etcd_recipes.lock import LockHold, LockNotHeldError, LockTimeoutError
-from etcd_recipes.semaphore import DistributedSemaphore, SemaphorePermitMismatchError
+from etcd_recipes import (
+    INT32,
+    ConnectionState,
+    DistributedSemaphore,
+    LockHold,
+    LockNotHeldError,
+    LockTimeoutError,
+    Op,
+    PermitLostError,
+    SemaphorePermitMismatchError,
+)
 from tests.helpers import eventually
 
-from ._util import keys, queued
+from .helpers import keys, queued
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

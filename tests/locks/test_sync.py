@@ -18,13 +18,13 @@ from etcd_recipes.sync import (
     DistributedMutex,
     DistributedReadWriteLock,
     DistributedSemaphore,
+    LockHold,
     LockLostError,
     Op,
     connect,
 )
-from etcd_recipes.sync.lock import LockHold
 
-from ._util import lease_of
+from .helpers import lease_of
 
 
 @pytest.fixture

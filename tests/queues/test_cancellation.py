@@ -14,9 +14,13 @@ import time
 import anyio
 import pytest
 
+from etcd_recipes import (
+    DistributedPriorityQueue,
+    DistributedQueue,
+    DistributedWorkQueue,
+    WorkQueueConfig,
+)
 from etcd_recipes._core.txn import TxnOp
-from etcd_recipes.queue import DistributedPriorityQueue, DistributedQueue
-from etcd_recipes.work_queue import DistributedWorkQueue, WorkQueueConfig
 from tests.helpers import eventually
 from tests.queues.helpers import keys, server_leases, spawn
 
@@ -174,7 +178,7 @@ _SIGINT = textwrap.dedent(
     from etcd_recipes.sync import (
         DistributedPriorityQueue, DistributedQueue, DistributedWorkQueue, connect
     )
-    from etcd_recipes.work_queue import WorkQueueConfig
+    from etcd_recipes import WorkQueueConfig
 
     url, path, op = sys.argv[1:4]
     try:
@@ -246,7 +250,7 @@ async def test_receive_that_lost_the_race_and_parked_gives_its_new_lease_back(
     rival = DistributedWorkQueue(etcd_client, path, CONFIG)
     loser = DistributedWorkQueue(etcd_client, path, CONFIG)
     await rival.enqueue(b"contested")
-    real_claim = loser._claim_with
+    real_claim = loser._claimer.claim
     taken = []
 
     async def rival_first(window, lease_id):
@@ -254,7 +258,7 @@ async def test_receive_that_lost_the_race_and_parked_gives_its_new_lease_back(
             taken.append(await rival.receive())  # wins the item in between
         return await real_claim(window, lease_id)
 
-    loser._claim_with = rival_first
+    loser._claimer.claim = rival_first  # type: ignore[method-assign]
     task = asyncio.create_task(loser.receive())
     await eventually(lambda: loser.lease_id != 0 and taken, what="the lost race")
     await asyncio.sleep(0.3)  # parked now

@@ -8,8 +8,12 @@ import textwrap
 
 import pytest
 
-from etcd_recipes.queue import DistributedPriorityQueue, DistributedQueue
-from etcd_recipes.work_queue import DistributedWorkQueue, WorkQueueConfig
+from etcd_recipes import (
+    DistributedPriorityQueue,
+    DistributedQueue,
+    DistributedWorkQueue,
+    WorkQueueConfig,
+)
 from tests.queues.helpers import finish, keys, spawn
 
 ITEMS = 240
@@ -19,8 +23,8 @@ _CONSUMERS = textwrap.dedent(
     """
     import asyncio, json, sys
     from etcd_recipes import connect
-    from etcd_recipes.queue import DistributedPriorityQueue, DistributedQueue
-    from etcd_recipes.work_queue import DistributedWorkQueue, WorkQueueConfig
+    from etcd_recipes import DistributedPriorityQueue, DistributedQueue
+    from etcd_recipes import DistributedWorkQueue, WorkQueueConfig
 
     def idle(taken):
         # Wait long for the first item (producers may start late on a loaded machine), then

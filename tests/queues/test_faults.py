@@ -8,11 +8,17 @@ import asyncio
 
 import pytest
 
-from etcd_recipes import ConnectionState, ResilienceConfig, connect
+from etcd_recipes import (
+    ConnectionState,
+    DistributedPriorityQueue,
+    DistributedQueue,
+    DistributedWorkQueue,
+    ResilienceConfig,
+    WorkQueueConfig,
+    connect,
+)
 from etcd_recipes.metrics import EtcdMetrics
-from etcd_recipes.queue import DistributedPriorityQueue, DistributedQueue
 from etcd_recipes.testing import TcpProxy
-from etcd_recipes.work_queue import DistributedWorkQueue, WorkQueueConfig
 from tests.helpers import eventually
 
 FAST = {"keepalive_time": 1, "keepalive_timeout": 0.5}

@@ -13,6 +13,7 @@ from etcd_recipes import (
     INT32,
     JSON,
     UTF8,
+    DistributedQueue,
     EmptyPathError,
     InvalidArgumentError,
     RecipeClosedError,
@@ -22,7 +23,6 @@ from etcd_recipes import (
     connect,
 )
 from etcd_recipes.metrics import EtcdMetrics
-from etcd_recipes.queue import DistributedQueue
 from tests.queues.helpers import keys
 
 
@@ -223,7 +223,7 @@ async def test_dequeue_latency_metric(etcd_server, etcd_prefix):
 
 @pytest.mark.parametrize("kind", ["fifo", "priority"])
 async def test_closing_ends_a_parked_dequeue(etcd_client, etcd_prefix, kind):
-    from etcd_recipes.queue import DistributedPriorityQueue
+    from etcd_recipes import DistributedPriorityQueue
 
     cls = DistributedQueue if kind == "fifo" else DistributedPriorityQueue
     queue = cls(etcd_client, etcd_prefix + "q")

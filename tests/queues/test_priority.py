@@ -8,8 +8,15 @@ import time
 
 import pytest
 
-from etcd_recipes import JSON, InvalidArgumentError, RetriesExhaustedError, ValueTooLargeError
-from etcd_recipes.queue import MAX_PRIORITY, DistributedPriorityQueue, InvalidPriorityError
+from etcd_recipes import (
+    JSON,
+    MAX_PRIORITY,
+    DistributedPriorityQueue,
+    InvalidArgumentError,
+    InvalidPriorityError,
+    RetriesExhaustedError,
+    ValueTooLargeError,
+)
 from tests.queues.helpers import keys
 
 

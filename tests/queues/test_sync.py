@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from etcd_recipes import queue as async_queue
-from etcd_recipes import work_queue as async_work_queue
+import etcd_recipes as async_api
+from etcd_recipes import DeadLetter, WorkQueueConfig
 from etcd_recipes.sync import (
     JSON,
     DistributedPriorityQueue,
@@ -25,7 +25,7 @@ from etcd_recipes.sync import (
     connect,
     fail_after,
 )
-from etcd_recipes.work_queue import DeadLetter, WorkQueueConfig
+from tools.gen_sync.rules import Usage
 
 
 @pytest.fixture
@@ -37,9 +37,8 @@ def client(etcd_server: Any) -> Iterator[EtcdClient]:
 def test_the_twins_are_recipes() -> None:
     for twin in (DistributedQueue, DistributedPriorityQueue, DistributedWorkQueue):
         assert issubclass(twin, Recipe)
-    assert DistributedQueue.__doc__ == async_queue.DistributedQueue.__doc__.replace(  # type: ignore[union-attr]
-        "async with", "with"
-    ).replace("await ", "")
+    # The facade's docstrings are the async ones through tools/gen_sync's DOC_REWRITES.
+    assert DistributedQueue.__doc__ == Usage().doc(async_api.DistributedQueue.__doc__ or "")
     assert WorkItem.ack.__doc__ and "False" in WorkItem.ack.__doc__
     with pytest.raises(TypeError):
         WorkItem()  # created by receive(), never directly
@@ -63,7 +62,7 @@ def test_fifo_and_priority_from_a_thread(client: EtcdClient, etcd_prefix: str) -
     pq.enqueue(b"only", 9)
     consumer.join(10)
     assert results == [b"only"]
-    assert isinstance(pq._a, async_queue.DistributedPriorityQueue)
+    assert isinstance(pq._a, async_api.DistributedPriorityQueue)
     client.delete("__" + etcd_prefix, prefix=True)
 
 
@@ -85,7 +84,7 @@ def test_work_queue_twin(client: EtcdClient, etcd_prefix: str) -> None:
         ids = queue.enqueue_all([b"a", b"b"])
         item = queue.receive()
         assert isinstance(item, WorkItem)
-        assert isinstance(item._a, async_work_queue.WorkItem)
+        assert isinstance(item._a, async_api.WorkItem)
         assert (item.id, item.value, item.attempt) == (ids[0], b"a", 1)
         assert item.requeue() is True
         again = queue.receive(timeout=2)

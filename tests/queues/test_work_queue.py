@@ -18,6 +18,8 @@ from etcd_recipes import (
     INT32,
     JSON,
     ConnectionState,
+    DeadLetter,
+    DistributedWorkQueue,
     EmptyPathError,
     InvalidArgumentError,
     LeaseExpired,
@@ -25,10 +27,10 @@ from etcd_recipes import (
     RecipeClosedError,
     ResilienceConfig,
     ValueTooLargeError,
+    WorkQueueConfig,
     connect,
 )
 from etcd_recipes.metrics import EtcdMetrics
-from etcd_recipes.work_queue import DeadLetter, DistributedWorkQueue, WorkQueueConfig
 from tests.helpers import eventually
 from tests.queues.helpers import keys, server_leases, spawn
 
@@ -93,7 +95,7 @@ async def test_a_producer_takes_no_lease_and_runs_no_sweeper(etcd_client, etcd_p
     fresh = DistributedWorkQueue(etcd_client, etcd_prefix + "wq", FAST)
     await fresh.enqueue(b"w")
     assert fresh.lease_id == 0  # ... a producer never does
-    assert fresh._sweeper is None
+    assert fresh._consumer.sweeper is None
     assert fresh._tasks == set()
     assert await server_leases(etcd_client) - leases_before == {consumer_lease}
     await producer.aclose()
@@ -331,7 +333,7 @@ _WORKER = textwrap.dedent(
     """
     import asyncio, json, sys
     from etcd_recipes import connect
-    from etcd_recipes.work_queue import DistributedWorkQueue, WorkQueueConfig
+    from etcd_recipes import DistributedWorkQueue, WorkQueueConfig
 
     async def main(endpoint, path):
         config = WorkQueueConfig(visibility_timeout=1, max_deliveries=2, sweep_interval=0.3)

@@ -70,9 +70,7 @@ async def test_survives_pause_past_ttl(fresh_etcd_server, etcd_prefix):
             fresh_etcd_server.pause()
             await asyncio.sleep(3.5)
             fresh_etcd_server.resume()
-            await eventually(
-                lambda: any(isinstance(e, LeaseRestored) for e in events), timeout=15
-            )
+            await eventually(lambda: any(isinstance(e, LeaseRestored) for e in events), timeout=15)
             kinds = [type(e).__name__ for e in events]
             assert "LeaseExpired" in kinds
             assert kinds.index("LeaseExpired") < kinds.index("LeaseRestored")

@@ -29,7 +29,7 @@ from etcd_recipes.sync._twin import SyncTwin
 
 def test_sync_package_exports_everything_the_async_package_does() -> None:
     missing = set(etcd_recipes.__all__) - set(etcd_recipes.sync.__all__)
-    assert not missing, f"regenerate with tools/gen_sync.py (SHARED/INPUTS): {sorted(missing)}"
+    assert not missing, f"run python -m tools.gen_sync: {sorted(missing)}"
     for name in etcd_recipes.__all__:
         ours, theirs = getattr(etcd_recipes.sync, name), getattr(etcd_recipes, name)
         if isinstance(ours, type) and issubclass(ours, SyncTwin):  # a twin

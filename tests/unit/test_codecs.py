@@ -636,7 +636,7 @@ def test_as_codec_returns_given_codec(codec: Codec[Any]) -> None:
 
 def test_as_codec_rejects_codec_class() -> None:
     with pytest.raises(InvalidArgumentError) as exc_info:
-        as_codec(StrCodec)  # type: ignore[call-overload]
+        as_codec(StrCodec)  # type: ignore[arg-type]
     assert "instance" in str(exc_info.value)
     assert "StrCodec()" in str(exc_info.value)
 
@@ -644,7 +644,7 @@ def test_as_codec_rejects_codec_class() -> None:
 @pytest.mark.parametrize("value", [b"x", "utf-8", 1, object()])
 def test_as_codec_rejects_non_codec(value: object) -> None:
     with pytest.raises(InvalidArgumentError) as exc_info:
-        as_codec(value)  # type: ignore[call-overload]
+        as_codec(value)  # type: ignore[arg-type]
     assert isinstance(exc_info.value, ValueError)
     assert "encode() and decode()" in str(exc_info.value)
     assert type(value).__name__ in str(exc_info.value)

@@ -50,15 +50,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
-from ._core.hold import Hold
-from ._core.keys import append_to_path, random_token
-from ._core.lease import validate_ttl
-from ._core.listeners import ListenerSet
-from ._core.recipe import Recipe
-from ._core.txn import Cmp, Op
-from ._core.waiting import abort_guard, wait_for_change
-from .codecs import INT32
-from .errors import (
+from .._core.hold import Hold
+from .._core.keys import append_to_path, random_token
+from .._core.listeners import ListenerSet
+from .._core.recipe import Recipe
+from .._core.txn import Cmp, Op
+from .._core.validate import check_timeout, check_ttl
+from .._core.waiting import abort_guard, wait_for_change
+from ..codecs import INT32
+from ..errors import (
     InvalidArgumentError,
     LeaseEventError,
     LockNotHeldError,
@@ -67,35 +67,33 @@ from .errors import (
     RecipeClosedError,
     SemaphorePermitMismatchError,
 )
-from .events import LeaseEvent, LeaseExpired, LeaseSuspended
-from .lock import (
-    DEFAULT_TTL,
-    LockHold,
-    _check_timeout,
+from ..events import LeaseEvent, LeaseExpired, LeaseSuspended
+from ..types import (
+    EventType,
+    KeyValue,
+    WatchEvent,
+)
+from ._holds import _Held, _lost_while_running, _scoped_body
+from ._session import (
     _deadline_scope,
-    _fire,
-    _Guard,
-    _Held,
     _leased_txn,
-    _lost_while_running,
     _monitor_soon,
     _range,
-    _read_queue,
     _Requeue,
-    _scoped_body,
     _Session,
     _SessionLease,
     _task,
-    _wait_unless_lost,
 )
-from .types import EventType, KeyValue, WatchEvent
+from ._waiters import _read_queue, _wait_unless_lost
+from .hold import DEFAULT_TTL, LockHold
 
 if TYPE_CHECKING:
-    from .client import EtcdClient
+    from ..client import EtcdClient
 
-__all__ = ["DistributedSemaphore", "SemaphorePermitMismatchError"]
+__all__ = ["DistributedSemaphore"]
 
 log = logging.getLogger("etcd_recipes.semaphore")
+
 
 _S = TypeVar("_S", bound="DistributedSemaphore")
 
@@ -104,11 +102,10 @@ PermitLostListener = Callable[[BaseException | None], Any]
 
 
 class _Permit:
-    __slots__ = ("counted", "guards", "held")
+    __slots__ = ("counted", "held")
 
     def __init__(self, held: _Held) -> None:
         self.held = held
-        self.guards: list[_Guard] = []
         self.counted = False  # counted in the dispossessed tally
 
 
@@ -117,10 +114,12 @@ class DistributedSemaphore(Recipe):
 
     Example::
 
-        semaphore = DistributedSemaphore(client, "/semaphores/uploads", permits=3)
+        from etcd_recipes import DistributedSemaphore
+
+        semaphore = DistributedSemaphore(client, f"{prefix}/uploads", permits=3)
         async with semaphore.with_permit(timeout=10) as permit:
-            ...  # at most 3 of these run cluster-wide; permit.fencing_token fences writes
-        await semaphore.acquire()      # the split form: any task may release
+            print("token", permit.fencing_token)  # at most 3 of these run cluster-wide
+        await semaphore.acquire()  # the split form: any task may release
         await semaphore.release()
         await semaphore.aclose()
 
@@ -147,7 +146,7 @@ class DistributedSemaphore(Recipe):
             raise InvalidArgumentError(f"permits must be an int >= 1, not {permits!r}")
         self.permits = permits
         """The number of permits (the canonical count on the path must match)."""
-        self.lease_ttl = validate_ttl(lease_ttl)
+        self.lease_ttl = check_ttl(lease_ttl)
         """The acquisition lease's TTL in whole seconds."""
         self._permits_key = append_to_path(path, "permits")
         self._holders = append_to_path(path, "holders") + "/"
@@ -186,7 +185,13 @@ class DistributedSemaphore(Recipe):
 
         Example::
 
-            semaphore.add_permit_lost_listener(lambda cause: log.error("permit lost: %s", cause))
+            import logging
+
+            from etcd_recipes import DistributedSemaphore
+
+            semaphore = DistributedSemaphore(client, f"{prefix}/uploads", permits=3)
+            semaphore.add_permit_lost_listener(lambda cause: logging.error("lost: %s", cause))
+            await semaphore.aclose()
         """
         self._lost_listeners.add(listener)
 
@@ -204,11 +209,15 @@ class DistributedSemaphore(Recipe):
 
         Example::
 
+            from etcd_recipes import DistributedSemaphore
+
+            semaphore = DistributedSemaphore(client, f"{prefix}/slots", permits=2)
             if await semaphore.acquire(timeout=5):
                 try:
-                    ...
+                    print(semaphore.held_permits)  # 1
                 finally:
                     await semaphore.release()
+            await semaphore.aclose()
         """
         permit = await self._acquire_permit(timeout)
         if permit is None:
@@ -224,7 +233,12 @@ class DistributedSemaphore(Recipe):
 
         Example::
 
-            await semaphore.release()
+            from etcd_recipes import DistributedSemaphore
+
+            semaphore = DistributedSemaphore(client, f"{prefix}/slots", permits=2)
+            await semaphore.acquire()
+            print(await semaphore.release())  # True: the permit was held until now
+            await semaphore.aclose()
         """
         if self._stack:
             return await self._stack.pop().held.release()
@@ -237,7 +251,7 @@ class DistributedSemaphore(Recipe):
 
     async def _acquire_permit(self, timeout: float | None) -> _Permit | None:
         self._check_open()
-        _check_timeout(timeout)
+        check_timeout(timeout)
         started = time.monotonic()
         held: _Held | None = None
         with _deadline_scope(timeout) as abort:
@@ -255,7 +269,7 @@ class DistributedSemaphore(Recipe):
                 raise RecipeClosedError(f"{self.exception_context}: aborted by aclose()")
             return None
         held.views.append(self)
-        self._client._resilience.metrics.record_latency(
+        self._client.resilience.metrics.record_latency(
             "semaphore.acquire", time.monotonic() - started
         )
         return _Permit(held)
@@ -425,17 +439,19 @@ class DistributedSemaphore(Recipe):
 
         Example::
 
+            from etcd_recipes import DistributedSemaphore, Op
+
+            semaphore = DistributedSemaphore(client, f"{prefix}/uploads", permits=1)
             async with semaphore.with_permit(timeout=5) as permit:
-                await permit.guarded_txn([Op.put("/uploads/slot", b"busy")])
+                await permit.guarded_txn([Op.put(f"{prefix}/slot", b"busy")])
+            await semaphore.aclose()
         """
         permit = await self._acquire_permit(timeout)
         if permit is None:
             raise LockTimeoutError(f"{self.exception_context}: no permit within {timeout}s")
         self._scoped.append(permit)
         lost = _lost_while_running(self.exception_context, "permit", permit.held, PermitLostError)
-        async with _scoped_body(
-            permit.held, permit.guards, lost, lambda: self._release_scoped(permit)
-        ) as hold:
+        async with _scoped_body(permit.held, lost, lambda: self._release_scoped(permit)) as hold:
             yield hold
 
     async def _release_scoped(self, permit: _Permit) -> None:
@@ -468,13 +484,12 @@ class DistributedSemaphore(Recipe):
     # ---------------------------------------------------------------- loss and close
 
     def _lost(self, held: _Held, cause: BaseException | None) -> None:
+        # The hold has cancelled a scoped body already (Hold.scope, one mechanism).
         for permit in [*self._stack, *self._scoped]:
-            if permit.held is held:
-                _fire(permit.guards)
-                if permit in self._stack:
-                    self._stack.remove(permit)
-                    permit.counted = True
-                    self._lost_permits.append(permit)
+            if permit.held is held and permit in self._stack:
+                self._stack.remove(permit)
+                permit.counted = True
+                self._lost_permits.append(permit)
         err = PermitLostError(f"{self.exception_context}: a permit was lost ({cause})")
         err.__cause__ = cause
         self._record_exception(err, "permit-lost")
@@ -491,8 +506,7 @@ class DistributedSemaphore(Recipe):
             scope.cancel()
         current = asyncio.current_task()
         for permit in self._scoped:
-            if not permit.guards or permit.guards[0].task is not current:
-                _fire(permit.guards)
+            permit.held.hold.cancel_bodies(sparing=current)
         for permit in [*self._stack, *self._scoped]:
             await permit.held.release()
         for permit in self._stack:

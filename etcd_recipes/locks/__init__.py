@@ -1,0 +1,65 @@
+"""Locks: :class:`DistributedMutex`, :class:`DistributedReadWriteLock`, fencing, and
+pass-throughs to etcd's own lock service (:func:`server_lock` / :func:`server_unlock`).
+
+:Status: Beta
+
+Key layouts:
+
+* mutex -- the layout of etcd's own lock (``concurrency.Mutex``, ``etcdctl lock``, the v3lock
+  service and the JVM library): ``<path>/<lease id in lowercase hex>`` with an empty value,
+  created with ``If(create_revision == 0)``; the owner is the key with the **lowest create
+  revision** under ``<path>/``. So a Python mutex, ``etcdctl lock <path>``, Go's
+  ``concurrency.Mutex`` and JVM processes on the same path exclude each other;
+* read-write lock -- ``<path>/read-<client_id>:<7 chars>`` and ``<path>/write-<client_id>:<7
+  chars>``, value ``client_id`` (the JVM library's layout). Prefix reads use ``<path>/`` (the
+  reference reads ``<path>`` without the slash, so ``/locks/ab`` disturbed ``/locks/a``).
+
+Every key is attached to the instance's **acquisition lease**, granted on first use and kept
+for the instance's later holds (like a Go session), so an uncontended acquire + release costs
+two raft writes: one transaction, one delete. The lease is never re-granted under a hold: once
+lost, the hold is gone.
+
+Guarantees:
+
+* FIFO by create revision; every waiter waits for the deletion of **its nearest conflicting
+  predecessor only** (the mutex and writers: the nearest earlier key; readers: the nearest
+  earlier writer), with a watch anchored at the revision of the read that found it plus one.
+  A release therefore wakes one waiter (or the readers right behind a writer), not the herd;
+* after every wake-up the waiter re-reads its predecessors *and its own key* (one range read;
+  a reader reads its key separately before claiming): a waiter whose key or lease vanished
+  never claims the lock (the Jepsen 3.4.3 bug); it queues again at the tail (recorded in
+  ``exceptions``);
+* ``async with lock:`` and ``with_lock(timeout=...)`` never run the body without the lock
+  (a timeout raises :class:`LockTimeoutError`); when the hold is **lost** (lease expired or
+  revoked, key deleted), the lock-lost listeners fire once, ``connection_state`` becomes
+  ``LOST``, the body is **cancelled** and the caller gets a
+  :class:`~etcd_recipes.errors.LockLostError`; ``release()`` then returns False;
+* cancelling an acquisition (task cancel, ``anyio.fail_after``, ``asyncio.timeout``, Ctrl-C in
+  the blocking facade) deletes its waiter key and, when the instance holds nothing else,
+  revokes its lease, before the cancellation propagates unchanged; the next waiter in line
+  is woken by that deletion and is not delayed;
+* every hold has a **fencing token** (its key's create revision, larger for every later hold
+  on the path) and a compare (:meth:`LockHold.compare`, :meth:`DistributedMutex.is_owner`) so a
+  transaction commits only while the hold is current (:meth:`LockHold.guarded_txn`).
+
+Not guaranteed -- read this: a lease-based lock **does not give mutual exclusion on its own**.
+A holder that is paused (GC, SIGSTOP, a slow disk) or partitioned for longer than the lease TTL
+keeps running while etcd has already handed the lock to the next waiter, and it learns of the
+loss only when it runs again (up to a keep-alive interval later). Writes that must not happen
+twice must be fenced: inside etcd with :meth:`LockHold.guarded_txn`, elsewhere by a storage
+that rejects tokens older than the newest it has seen. ``is_locked()`` is advisory.
+
+Holds belong to **asyncio tasks**: the task that acquired a lock may re-acquire it (counted by
+``hold_count``) and must release it; a hold whose task has finished may be released (and
+inspected) by any task. One instance queues in etcd once at a time: its tasks take turns
+locally before that (the mutex) or queue in etcd with keys of their own (read-write views).
+In the blocking facade every call runs in an event-loop task of its own, so ``with`` blocks on
+one instance take turns, but nested blocks (and a downgrade) on one instance are not reentrant
+there.
+
+Deviations from the reference: holds are per task, not per thread; waiting uses the
+client-side algorithm of ``concurrency.Mutex`` rather than the v3lock RPC (which hands over at
+most every 100 ms per waiter, because its watches start behind the head revision) -- the key
+layout is the same, so they interoperate; the read-write lock reads ``<path>/``; downgrade keeps
+the write key until the read is released too (see :class:`DistributedReadWriteLock`).
+"""

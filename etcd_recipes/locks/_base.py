@@ -1,0 +1,459 @@
+"""The lock surface shared by the mutex and the read-write lock's views: per-task holds and
+reentrancy, timeouts, scoped bodies cancelled on loss, fencing, and waiting by create revision
+for the nearest conflicting predecessor. Package-private.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from .._core.hold import Hold
+from .._core.listeners import ListenerSet
+from .._core.recipe import Recipe
+from .._core.txn import AnyOp, Cmp, Compare, Op
+from .._core.validate import check_timeout
+from .._core.waiting import abort_guard
+from ..errors import (
+    LockLostError,
+    LockNotHeldError,
+    LockTimeoutError,
+    LostError,
+    RecipeClosedError,
+)
+from ..events import LeaseExpired
+from ..types import (
+    KeyValue,
+    SortOrder,
+    SortTarget,
+    TxnResult,
+)
+from ._holds import _Held, _lost_while_running, _scoped_body, _TaskHold
+from ._session import (
+    _deadline_scope,
+    _leased_txn,
+    _monitor_soon,
+    _range,
+    _Requeue,
+    _Session,
+    _SessionLease,
+    _task,
+)
+from ._waiters import _first_below, _read_queue, _wait_for_deletion
+from .hold import LockHold, LockLostListener
+
+if TYPE_CHECKING:
+    pass
+
+log = logging.getLogger("etcd_recipes.lock")
+
+
+class _LockBase(ABC):
+    """The lock surface shared by :class:`DistributedMutex` and :class:`ReadWriteLockView`:
+    per-task holds and reentrancy, timeouts, scoped bodies cancelled on loss, fencing."""
+
+    def __init__(
+        self, recipe: Recipe, session: _Session, name: str, *, serial: bool = False
+    ) -> None:
+        self._recipe = recipe
+        self._session = session
+        self._name = name
+        self._serial = asyncio.Lock() if serial else None
+        self._holds: dict[asyncio.Task[Any], _TaskHold] = {}
+        self._entered: dict[asyncio.Task[Any], list[AbstractAsyncContextManager[LockHold]]] = {}
+        self._aborts: set[anyio.CancelScope] = set()
+        self._lost_listeners = ListenerSet("lock-lost", recipe._record_listener_error)
+
+    # ---------------------------------------------------------------- hooks
+
+    @abstractmethod
+    async def _take(self) -> _Held:
+        """Queue in etcd and wait until admitted (cleaning up on any exception)."""
+
+    def _reuse(self, task: asyncio.Task[Any]) -> _Held | None:
+        """A hold ``task`` already has that this acquisition may share (downgrade)."""
+        return None
+
+    # ---------------------------------------------------------------- lookups
+
+    def _mine(self, task: asyncio.Task[Any] | None) -> _TaskHold | None:
+        """The task's hold, else the latest hold of a task that has finished."""
+        own = self._holds.get(task) if task is not None else None
+        if own is not None:
+            return own
+        orphans = [th for th in self._holds.values() if th.task.done()]
+        return orphans[-1] if orphans else None
+
+    def _any(self) -> _TaskHold | None:
+        """:meth:`_mine` for the calling task, else the only hold there is."""
+        found = self._mine(asyncio.current_task())
+        if found is None and len(self._holds) == 1:
+            found = next(iter(self._holds.values()))
+        return found
+
+    def _caller(self) -> _TaskHold | None:
+        # Outside any task (the blocking facade's reads run as loop callbacks) the question
+        # is about the instance.
+        task = asyncio.current_task()
+        return self._mine(task) if task is not None else self._any()
+
+    # ---------------------------------------------------------------- acquire / release
+
+    async def acquire(self, timeout: float | None = None) -> bool:
+        """Acquire the lock; False if ``timeout`` seconds pass first (nothing is left queued).
+
+        Reentrant per task: if the calling task holds it already, ``hold_count`` grows and this
+        returns True at once. Cancellation is safe: the waiter key is deleted (and the lease
+        revoked when unused) before the cancellation propagates.
+
+        Example::
+
+            from etcd_recipes import DistributedMutex
+
+            lock = DistributedMutex(client, f"{prefix}/job")
+            if await lock.acquire(timeout=5):
+                try:
+                    print("held:", lock.is_held)
+                finally:
+                    await lock.release()
+            await lock.aclose()
+        """
+        self._recipe._check_open()
+        check_timeout(timeout)
+        task = _task()
+        mine = self._holds.get(task)
+        if mine is not None:
+            if not mine.is_valid:
+                raise LockLostError(
+                    f"{self._name}: this task's hold was lost; release() it before acquiring"
+                )
+            mine.count += 1
+            return True
+        shared = self._reuse(task)
+        if shared is not None:
+            self._adopt(task, shared)
+            return True
+        started = time.monotonic()
+        held: _Held | None = None
+        with _deadline_scope(timeout) as abort:
+            self._aborts.add(abort)
+            try:
+                held = await self._admit()
+            finally:
+                self._aborts.discard(abort)
+        if held is not None and self._recipe.is_closed:
+            await self._release_held(held)
+            held = None
+        if held is None:
+            if self._recipe.is_closed:
+                raise RecipeClosedError(f"{self._name}: the acquisition was aborted by aclose()")
+            return False
+        self._adopt(task, held)
+        metrics = self._recipe._client.resilience.metrics
+        metrics.record_latency("lock.acquire", time.monotonic() - started)
+        return True
+
+    async def _admit(self) -> _Held:
+        if self._serial is not None:
+            await self._serial.acquire()
+        try:
+            held = await self._take()
+        except BaseException:
+            if self._serial is not None:
+                self._serial.release()
+            raise
+        held.serial = self._serial
+        return held
+
+    def _adopt(self, task: asyncio.Task[Any], held: _Held) -> None:
+        held.refs += 1
+        if self not in held.views:
+            held.views.append(self)
+        self._holds[task] = _TaskHold(task, held)
+
+    async def release(self) -> bool:
+        """Release one hold count of the calling task's hold (or of a finished task's).
+
+        Returns True if the lock was held until now, False if it had been lost (or released by
+        ``aclose()``). Raises :class:`LockNotHeldError` if there is nothing to release.
+
+        Example::
+
+            from etcd_recipes import DistributedMutex
+
+            lock = DistributedMutex(client, f"{prefix}/job")
+            await lock.acquire()
+            if not await lock.release():
+                print("we had lost the lock; our writes were fenced off")
+            await lock.aclose()
+        """
+        held = self._mine(asyncio.current_task())
+        if held is None:
+            raise LockNotHeldError(f"{self._name}: the calling task holds no lock to release")
+        return await self._release_task_hold(held)
+
+    async def _release_task_hold(self, th: _TaskHold) -> bool:
+        if th.count > 1:
+            th.count -= 1
+            return th.is_valid
+        if self._holds.get(th.task) is th:
+            del self._holds[th.task]
+        return await self._release_held(th.held, view_done=True)
+
+    async def _release_held(self, held: _Held, *, view_done: bool = False) -> bool:
+        if view_done:
+            held.refs -= 1
+            if not any(th.held is held for th in self._holds.values()) and self in held.views:
+                held.views.remove(self)
+        if held.refs > 0:
+            return not (held.hold.is_lost or held.hold.is_released)
+        return await held.release()
+
+    # ---------------------------------------------------------------- scoped forms
+
+    @contextlib.asynccontextmanager
+    async def with_lock(self, timeout: float | None = None) -> AsyncIterator[LockHold]:
+        """``async with lock.with_lock(timeout=5) as hold:`` -- acquire, run the body, release.
+
+        Raises :class:`LockTimeoutError` (a ``TimeoutError``) if not acquired in time: the
+        body **never** runs without the lock. If the hold is lost while the body runs, the
+        body is cancelled and :class:`~etcd_recipes.errors.LockLostError` raised. The body
+        gets the :class:`LockHold` (fencing token, compare, guarded transactions).
+
+        Example::
+
+            from etcd_recipes import DistributedMutex, Op
+
+            mutex = DistributedMutex(client, f"{prefix}/report-lock")
+            async with mutex.with_lock(timeout=5) as hold:
+                await hold.guarded_txn([Op.put(f"{prefix}/report/owner", "me")])
+            await mutex.aclose()
+        """
+        if not await self.acquire(timeout):
+            raise LockTimeoutError(f"{self._name}: not acquired within {timeout}s")
+        th = self._holds[_task()]
+        lost = _lost_while_running(self._name, "lock", th.held, LockLostError)
+        async with _scoped_body(th.held, lost, lambda: self._release_task_hold(th)) as hold:
+            yield hold
+
+    async def _enter(self) -> None:
+        cm = self.with_lock()
+        await cm.__aenter__()
+        self._entered.setdefault(_task(), []).append(cm)
+
+    async def _exit(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        task = _task()
+        stack = self._entered.get(task)
+        if not stack:
+            raise LockNotHeldError(f"{self._name}: __aexit__ without a matching __aenter__")
+        cm = stack.pop()
+        if not stack:
+            del self._entered[task]
+        await cm.__aexit__(exc_type, exc, tb)
+
+    # ---------------------------------------------------------------- state
+
+    @property
+    def is_held(self) -> bool:
+        """Whether the calling task holds the lock (and the hold is not lost).
+
+        From outside any task (the blocking facade) it tells whether the instance holds it.
+        """
+        th = self._caller()
+        return th is not None and th.is_valid
+
+    @property
+    def hold_count(self) -> int:
+        """The calling task's reentrant hold count (0 when not held)."""
+        th = self._caller()
+        return th.count if th is not None else 0
+
+    @property
+    def hold(self) -> LockHold | None:
+        """The calling task's hold; if it has none, the only hold of this lock (so the
+        blocking facade, where every call runs in its own task, sees it); else ``None``."""
+        th = self._any()
+        return th.held.public if th is not None else None
+
+    @property
+    def fencing_token(self) -> int | None:
+        """The fencing token of :attr:`hold`, or ``None``."""
+        hold = self.hold
+        return hold.fencing_token if hold is not None else None
+
+    def is_owner(self) -> Compare:
+        """The compare of :attr:`hold` (see :meth:`LockHold.compare`).
+
+        Raises :class:`LockNotHeldError` when there is no hold.
+
+        Example::
+
+            from etcd_recipes import DistributedMutex, Op
+
+            mutex = DistributedMutex(client, f"{prefix}/lock")
+            async with mutex:
+                await client.txn([mutex.is_owner()], [Op.put(f"{prefix}/leader-only", b"x")])
+            await mutex.aclose()
+        """
+        hold = self.hold
+        if hold is None:
+            raise LockNotHeldError(f"{self._name}: not held, so there is no compare")
+        return hold.compare()
+
+    async def guarded_txn(
+        self,
+        success: Sequence[AnyOp],
+        failure: Sequence[AnyOp] = (),
+        *,
+        extra: Sequence[Compare] = (),
+    ) -> TxnResult:
+        """:meth:`LockHold.guarded_txn` on :attr:`hold`.
+
+        Example::
+
+            from etcd_recipes import DistributedMutex, Op
+
+            mutex = DistributedMutex(client, f"{prefix}/lock")
+            async with mutex:
+                result = await mutex.guarded_txn([Op.put(f"{prefix}/balance", b"42")])
+                print(result.succeeded)  # True while the lock is ours
+            await mutex.aclose()
+        """
+        hold = self.hold
+        if hold is None:
+            raise LockNotHeldError(f"{self._name}: not held, so there is nothing to guard with")
+        return await hold.guarded_txn(success, failure, extra=extra)
+
+    def add_lock_lost_listener(self, listener: LockLostListener) -> None:
+        """Call ``listener(cause)`` once each time a hold of this lock is lost.
+
+        Example::
+
+            import logging
+
+            from etcd_recipes import DistributedMutex
+
+            mutex = DistributedMutex(client, f"{prefix}/lock")
+            mutex.add_lock_lost_listener(lambda cause: logging.error("lock lost: %s", cause))
+            await mutex.aclose()
+        """
+        self._lost_listeners.add(listener)
+
+    def remove_lock_lost_listener(self, listener: LockLostListener) -> None:
+        """Stop calling ``listener``."""
+        self._lost_listeners.remove(listener)
+
+    # ---------------------------------------------------------------- loss and close
+
+    def _lost(self, held: _Held, cause: BaseException | None) -> None:
+        # The hold has cancelled its scoped bodies already (Hold.scope, one mechanism).
+        err = LockLostError(f"{self._name}: the lock was lost ({cause})")
+        err.__cause__ = cause
+        self._recipe._record_exception(err, "lock-lost")
+        self._recipe._on_recovery_event(LeaseExpired(held.lease.id, cause))
+        self._lost_listeners.emit(cause)
+
+    async def _close_view(self) -> None:
+        for scope in list(self._aborts):
+            scope.cancel()
+        current = asyncio.current_task()
+        for th in list(self._holds.values()):
+            th.held.hold.cancel_bodies(sparing=current)
+        for held in {id(th.held): th.held for th in self._holds.values()}.values():
+            await held.release()  # the owners' later release() returns False
+
+
+class _Queued(_LockBase):
+    """Waiting by create revision for the nearest conflicting predecessor (mutex, RW views)."""
+
+    _conflicts: str  # the prefix whose earlier keys conflict with ours
+    _lost_error: type[LostError] = LockLostError
+
+    @abstractmethod
+    def _new_key(self, lease: _SessionLease) -> tuple[str, bytes]:
+        """The key (and value) this waiter queues under."""
+
+    async def _take(self) -> _Held:
+        while True:
+            lease = await self._session.join()
+            key, value = self._new_key(lease)
+            try:
+                return await self._queue(lease, key, value)
+            except _Requeue as exc:
+                self._recipe._record_exception(exc, "requeue")
+                log.info("%s: %s; queueing again", self._name, exc)
+                await asyncio.sleep(exc.delay)
+
+    async def _queue(self, lease: _SessionLease, key: str, value: bytes) -> _Held:
+        client = self._recipe._client
+        created = False
+
+        async def cleanup() -> None:
+            if created:
+                await client.delete(key)
+            await self._session.abandon(lease)
+
+        async with abort_guard(cleanup, what=f"{self._name}: abandoning an acquisition"):
+            newest = Op.get(
+                self._conflicts,
+                prefix=True,
+                limit=2,
+                sort_target=SortTarget.CREATE,
+                sort_order=SortOrder.DESCEND,
+                keys_only=True,
+            )
+            created = True  # from here on the key may exist, whatever the outcome
+            first = await _leased_txn(
+                client,
+                self._session,
+                lease,
+                [Cmp.create_revision(key) == 0],
+                [Op.put(key, value, lease=lease.id), newest],
+                [Op.get(key, keys_only=True)],
+            )
+            seen = first.revision
+            if first.succeeded:
+                mine = first.revision
+                predecessor = _first_below(_range(first, 1).kvs, mine)
+            else:  # our key already exists (a leftover of this lease): find its place
+                mine = _range(first, 0).kvs[0].create_revision
+                predecessor, seen = await self._below(key, mine)
+            while predecessor is not None:
+                await _wait_for_deletion(
+                    client, lease, predecessor, seen, self._recipe._on_recovery_event
+                )
+                predecessor, seen = await self._below(key, mine)
+            hold = Hold(client, key, lease, mine, self._lost_error, self._name)
+            _monitor_soon(hold, seen)
+            return _Held(hold, lease, self._session)
+
+    async def _below(self, key: str, mine: int) -> tuple[KeyValue | None, int]:
+        """The nearest conflicting predecessor, and the revision of the read; checks that our
+        own key still exists (the Jepsen check: a waiter whose key or lease vanished must
+        never claim the lock)."""
+        client = self._recipe._client
+        queue = await _read_queue(client, self._conflicts, key, mine, limit=1)
+        predecessor = queue.earlier[0] if queue.earlier else None
+        if key.startswith(self._conflicts):
+            if queue.own is None:
+                raise _Requeue(f"the waiter key {key} disappeared (lease expired or deleted)")
+        elif predecessor is None:  # a reader: our key is not under the conflict prefix
+            own = await client.range(key, keys_only=True)
+            if not own.kvs or own.kvs[0].create_revision != mine:
+                raise _Requeue(f"the waiter key {key} disappeared (lease expired or deleted)")
+            return None, own.revision
+        return predecessor, queue.revision

@@ -1,0 +1,98 @@
+""":class:`DistributedMutex`: a distributed mutex in etcd's own lock layout
+(``<path>/<lease id in hex>``), so it excludes ``etcdctl lock``, Go's ``concurrency.Mutex`` and
+the JVM library on the same path. What it guarantees and what it does not: see
+:mod:`etcd_recipes.locks`.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import TYPE_CHECKING, TypeVar
+
+from .._core.recipe import Recipe
+from .._core.validate import check_ttl
+from ..errors import (
+    LeaseEventError,
+)
+from ..events import LeaseEvent, LeaseSuspended
+from ._base import _LockBase, _Queued
+from ._session import _Session, _SessionLease
+from .hold import DEFAULT_TTL
+
+if TYPE_CHECKING:
+    from ..client import EtcdClient
+
+__all__ = ["DistributedMutex"]
+
+
+_M = TypeVar("_M", bound="DistributedMutex")
+
+
+class DistributedMutex(_Queued, Recipe):
+    """A distributed mutex, compatible with ``etcdctl lock``, Go's ``concurrency.Mutex`` and
+    the JVM library on the same path.
+
+    ``async with mutex:`` acquires the lock for the body (this is the lock's context, not the
+    recipe's lifecycle: close the instance with ``aclose()``). Holds are per asyncio task and
+    reentrant; the instance keeps one acquisition lease across holds.
+
+    Example::
+
+        from etcd_recipes import DistributedMutex, Op
+
+        mutex = DistributedMutex(client, f"{prefix}/orders-lock")
+        async with mutex:
+            print("held:", mutex.is_held)  # cancelled, with LockLostError, if the lock is lost
+        async with mutex.with_lock(timeout=5) as hold:
+            await hold.guarded_txn([Op.put(f"{prefix}/orders/next", b"42")])
+        await mutex.aclose()
+
+    :param lease_ttl: seconds; how long the lock outlives this process if it dies holding it.
+    """
+
+    one_shot = False
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        path: str,
+        *,
+        lease_ttl: float = DEFAULT_TTL,
+        client_id: str | None = None,
+    ) -> None:
+        Recipe.__init__(self, client, path, client_id=client_id)
+        self.lease_ttl = check_ttl(lease_ttl)
+        """The acquisition lease's TTL in whole seconds."""
+        self._conflicts = path + "/"
+        session = _Session(client, self.lease_ttl, self._on_lease_event)
+        _LockBase.__init__(self, self, session, self.exception_context, serial=True)
+
+    def _new_key(self, lease: _SessionLease) -> tuple[str, bytes]:
+        return f"{self._conflicts}{lease.id:x}", b""
+
+    async def __aenter__(self: _M) -> _M:
+        """Acquire the lock for the body (waits as long as it takes; see :meth:`with_lock`)."""
+        await self._enter()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._exit(exc_type, exc, tb)
+
+    async def is_locked(self) -> bool:
+        """Whether anyone holds (or waits for) the lock: one count-only read, advisory."""
+        self._check_open()
+        return (await self._client.count(self._conflicts)) > 0
+
+    def _on_lease_event(self, event: LeaseEvent) -> None:
+        if isinstance(event, LeaseSuspended):
+            self._on_recovery_event(event)
+            self._record_exception(LeaseEventError(event), "lease")
+
+    async def _do_close(self) -> None:
+        await self._close_view()
+        await self._session.close()

@@ -1,0 +1,109 @@
+"""The keys of a work queue and the reads of its snapshot (not public; pure, no I/O).
+
+Layout (shared with the JVM library; ``<p>`` is the queue path, ``<id>`` an item's name):
+``<p>/items/<id>`` (waiting payloads), ``<p>/claimed/<id>`` (payloads in flight),
+``<p>/claims/<id>`` (claim markers, on the consumer's lease), ``<p>/attempts/<id>`` (int32 BE
+delivery counts), ``<p>/dlq/<id>`` (dead letters), ``<p>/delayed/<ready%019d>-<r3>``.
+See :mod:`etcd_recipes.queues.work` for what each key guarantees.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from .._core.keys import append_to_path
+from .._core.txn import AnyOp, Op
+from ..codecs import INT32
+from ..errors import CodecError, InvalidArgumentError
+from ..types import KeyValue
+
+log = logging.getLogger("etcd_recipes.work_queue")
+
+WINDOW = 4  # items (with their payloads) a receive reads and may try in one claim
+
+
+@dataclass(frozen=True)
+class WorkKeys:
+    """The key prefixes of one work queue (each ends in ``/``)."""
+
+    items: str
+    claimed: str
+    claims: str
+    attempts: str
+    dlq: str
+    delayed: str
+
+    @classmethod
+    def under(cls, path: str) -> WorkKeys:
+        base = append_to_path(path, "")
+        return cls(
+            items=base + "items/",
+            claimed=base + "claimed/",
+            claims=base + "claims/",
+            attempts=base + "attempts/",
+            dlq=base + "dlq/",
+            delayed=base + "delayed/",
+        )
+
+    def snapshot_ops(self, *, orphans: bool = True) -> list[AnyOp]:
+        """The reads of a snapshot: the first items, the first delayed item and -- unless a
+        claim carries the snapshot (the sweeps and the next fresh snapshot look) -- the
+        in-flight and marker counts that reveal orphans."""
+        ops: list[AnyOp] = [
+            Op.get(self.items, prefix=True, limit=WINDOW),
+            Op.get(self.delayed, prefix=True, limit=1, keys_only=True),
+        ]
+        if orphans:
+            ops += [
+                Op.get(self.claimed, prefix=True, count_only=True),
+                Op.get(self.claims, prefix=True, count_only=True),
+            ]
+        return ops
+
+
+@dataclass
+class Snapshot:
+    items: list[KeyValue]  # the first few items (with their values), or nothing
+    delayed: KeyValue | None  # the first delayed item (key only)
+    orphans: bool  # more payloads in flight than claim markers
+    revision: int
+    kept: bool = False  # read by an earlier claim (see the queue's prefetch), not just now
+
+    @classmethod
+    def parse(cls, responses: list[Any], revision: int) -> Snapshot:
+        """The snapshot in the responses of :meth:`WorkKeys.snapshot_ops`."""
+        items, delayed, *counts = responses
+        orphans = bool(counts) and counts[0].count > counts[1].count
+        return cls(list(items.kvs), delayed.kvs[0] if delayed.kvs else None, orphans, revision)
+
+
+def item_name(key: bytes) -> str:
+    return key.rsplit(b"/", 1)[-1].decode("utf-8", "replace")
+
+
+def ready_millis(kv: KeyValue) -> int:
+    """When a delayed item matures (its name's millis); a malformed name is due now."""
+    try:
+        return int(item_name(kv.key).split("-", 1)[0])
+    except ValueError:
+        return 0
+
+
+def attempts_in(kvs: list[KeyValue]) -> int:
+    """The delivery count stored in ``kvs`` (0 when absent or malformed)."""
+    if not kvs:
+        return 0
+    try:
+        return INT32.decode(kvs[0].value)
+    except CodecError:
+        log.warning("ignoring a malformed attempt count at %r", kvs[0].key)
+        return 0
+
+
+def check_id(item_id: str) -> str:
+    """An item id as the public methods take it: a non-empty name without ``/``."""
+    if not isinstance(item_id, str) or not item_id or "/" in item_id:
+        raise InvalidArgumentError(f"not an item id: {item_id!r}")
+    return item_id

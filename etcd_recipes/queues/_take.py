@@ -1,0 +1,429 @@
+"""The take side shared by the queues of this family (not public).
+
+Used by :mod:`.fifo` and :mod:`.priority` (through :class:`TakeQueue`, the reference's
+``AbstractQueue``) and by :mod:`.work` (the producer's key clock, create-only writes, the
+cancellation-safe commit and the nested compare chain):
+
+* :func:`create` writes new keys with a create-only compare, so two producers that draw the
+  same key cannot overwrite each other; a transport failure retries the same keys and counts
+  an earlier attempt that landed as done;
+* :func:`commit` runs a take or claim transaction whose outcome cancellation cannot lose: a
+  cancelled caller's cleanup waits for the outcome and undoes a committed take, then the
+  cancellation is re-raised unchanged (a cancelled take consumes nothing);
+* :func:`first_present` / :func:`outcome` / :func:`next_reach` build and read the chain of
+  nested compares that lets a take that lost a race move on to the next item in the same
+  transaction, and shrink that chain back to one compare without contention;
+* :class:`Waits` ends parked waits at once when their recipe closes.
+
+Not guaranteed here: delivery (a take deletes; see :mod:`.fifo`), or any order across
+consumers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, cast
+
+import anyio
+
+from .._core.keys import append_to_path
+from .._core.recipe import Recipe
+from .._core.txn import AnyOp, Cmp, Compare, GetOp, Op
+from .._core.validate import check_timeout
+from .._core.waiting import abort_guard, wait_for_put_under
+from ..codecs import Codec, ValueT, as_codec, to_bytes
+from ..errors import (
+    EtcdConnectionError,
+    EtcdTimeoutError,
+    InvalidArgumentError,
+    RetriesExhaustedError,
+)
+from ..types import DeleteResult, KeyValue, RangeResult, SortOrder, SortTarget, TxnResult
+
+if TYPE_CHECKING:
+    from ..client import EtcdClient
+
+CHAIN = 4  # candidates one take transaction tries, in queue order
+READ = 64  # keys one head read returns (a FIFO window serves several takes)
+MAX_KEY_CLASHES = 10  # fresh random suffixes tried when a new key already exists
+
+
+# --------------------------------------------------------------------------- shared helpers
+
+
+_last_millis = 0
+
+
+def now_millis() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def key_millis() -> int:
+    """The producer clock for a new key, strictly increasing within this process, so that two
+    enqueues in one millisecond keep their order where keys are sorted by their text."""
+    global _last_millis
+    _last_millis = max(now_millis(), _last_millis + 1)
+    return _last_millis
+
+
+def encode(codec: Codec[Any] | None, value: object) -> bytes:
+    """Bytes for ``value``: through ``codec``, or as bytes / UTF-8 text without one."""
+    if codec is None:
+        return to_bytes(value)  # type: ignore[arg-type]
+    return codec.encode(value)
+
+
+def decode(codec: Codec[Any] | None, data: bytes) -> Any:
+    return data if codec is None else codec.decode(data)
+
+
+def check_batch(values: Iterable[object]) -> list[object]:
+    if isinstance(values, (str, bytes, bytearray, memoryview)):
+        raise InvalidArgumentError(
+            "enqueue_all() takes an iterable of values, not a single str/bytes value"
+        )
+    return list(values)
+
+
+def record_latency(client: EtcdClient, name: str, started: float) -> None:
+    """The one place queues report latency: call -> item in hand, waiting included."""
+    client.resilience.metrics.record_latency(name, time.monotonic() - started)
+
+
+def retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+async def create(
+    client: EtcdClient, make_keys: Callable[[], Sequence[str]], values: Sequence[bytes]
+) -> list[str]:
+    """Write ``values`` under fresh keys in one transaction, each guarded "does not exist".
+
+    A clash (another producer drew the same key) draws new keys. A transport failure retries
+    the same keys under the client's RPC retry policy; if the retry then finds the first key
+    holding our value, the earlier attempt had landed and counts as done.
+    """
+    policy = client.resilience.rpc.retry_policy
+    keys = list(make_keys())
+    uncertain = False
+    failures = clashes = 0
+    start = time.monotonic()
+    while True:
+        try:
+            result = await client.txn(
+                [Cmp.missing(k) for k in keys],
+                [Op.put(k, v) for k, v in zip(keys, values)],
+                [Op.get(keys[0])],
+            )
+        except (EtcdConnectionError, EtcdTimeoutError):
+            failures += 1
+            delay = policy.next_delay(failures, time.monotonic() - start)
+            if delay is None:
+                raise
+            uncertain = True
+            await asyncio.sleep(delay)
+            continue
+        if result.succeeded:
+            return keys
+        existing = result.responses[0]
+        if (
+            uncertain
+            and isinstance(existing, RangeResult)
+            and existing.kvs
+            and existing.kvs[0].value == values[0]
+        ):
+            return keys  # our attempt that timed out had been committed
+        clashes += 1
+        if clashes >= MAX_KEY_CLASHES:
+            raise RetriesExhaustedError(
+                f"could not find a free key after {clashes} attempts (last: {keys[0]})",
+                attempts=clashes,
+            )
+        keys, uncertain = list(make_keys()), False
+
+
+async def commit(
+    client: EtcdClient,
+    compare: Sequence[Compare],
+    success: Sequence[AnyOp],
+    failure: Sequence[AnyOp],
+    *,
+    undo: Callable[[TxnResult], Awaitable[object]],
+    what: str,
+) -> TxnResult:
+    """Run a take/claim transaction whose outcome cancellation cannot lose.
+
+    The transaction runs in its own task; if the caller is cancelled (or fails) meanwhile, the
+    cleanup -- shielded and bounded, via :func:`abort_guard` -- waits for the outcome and, if
+    it committed, runs ``undo(result)`` so the take consumes nothing. The caller's
+    cancellation is then re-raised unchanged.
+    """
+    task = asyncio.ensure_future(client.txn(compare, success, failure))
+    task.add_done_callback(retrieve)
+
+    async def cleanup() -> None:
+        try:
+            result = await task
+        except Exception:
+            return  # it did not commit (or cannot be known to have): nothing to undo
+        if result.succeeded:
+            await undo(result)
+
+    async with abort_guard(cleanup, what=what):
+        return await asyncio.shield(task)
+
+
+class Waits:
+    """The parked waits of one recipe, so that closing the recipe ends them at once (the
+    waiting call then raises :class:`~etcd_recipes.errors.RecipeClosedError`)."""
+
+    def __init__(self) -> None:
+        self._scopes: set[anyio.CancelScope] = set()
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        with anyio.CancelScope() as scope:
+            self._scopes.add(scope)
+            try:
+                yield
+            finally:
+                self._scopes.discard(scope)
+
+    def end_all(self) -> None:
+        for scope in list(self._scopes):
+            scope.cancel()
+
+
+def first_present(
+    window: Sequence[KeyValue], fallback: GetOp
+) -> tuple[list[Compare], list[AnyOp], list[AnyOp]]:
+    """One transaction that deletes the first item of ``window`` still present (unchanged since
+    it was read), trying them in order as nested transactions; when none is left, its innermost
+    failure branch runs ``fallback`` (a fresh head read)."""
+    failure: list[AnyOp] = [fallback]
+    for kv in reversed(window[1:]):
+        failure = [
+            Op.txn(
+                [Cmp.mod_revision(kv.key) == kv.mod_revision],
+                [Op.delete(kv.key, prev_kv=True)],
+                failure,
+            )
+        ]
+    head = window[0]
+    return (
+        [Cmp.mod_revision(head.key) == head.mod_revision],
+        [Op.delete(head.key, prev_kv=True)],
+        failure,
+    )
+
+
+def next_reach(reach: int, level: int | None, most: int) -> int:
+    """How many candidates the next take tries: grows when a take had to pass over items that
+    others took (``level`` > 0, or ``None``: all were gone), shrinks back to 1 without such
+    contention -- a lone consumer sends one compare-and-delete, no chain."""
+    if level is None:
+        return most
+    if level > 0:
+        return min(most, level + 2)
+    return max(1, reach - 1)
+
+
+def outcome(result: TxnResult) -> tuple[int, TxnResult]:
+    """Walk a chain of nested transactions down its failure branches: the level whose compare
+    held and its result, or -- when none held -- the depth and the innermost result (whose
+    responses are the fallback's)."""
+    level = 0
+    while not result.succeeded:
+        inner = result.responses[0] if result.responses else None
+        if not isinstance(inner, TxnResult):
+            break
+        result, level = inner, level + 1
+    return level, result
+
+
+# --------------------------------------------------------------------------- the take side
+
+
+class TakeQueue(Recipe, Generic[ValueT]):
+    """The take side both queues share (the reference's ``AbstractQueue``)."""
+
+    one_shot = False
+    _sort: ClassVar[SortTarget] = SortTarget.MOD
+    _metric: ClassVar[str] = "queue.dequeue"
+    _read_limit: ClassVar[int] = READ  # keys per head read
+    _chain: ClassVar[int] = CHAIN  # candidates per take transaction
+    _cacheable: ClassVar[bool] = False  # may the rest of a window serve the next take?
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        path: str,
+        *,
+        codec: Codec[ValueT] | None,
+        client_id: str | None,
+    ) -> None:
+        super().__init__(client, path, client_id=client_id)
+        self.codec: Codec[ValueT] | None = None if codec is None else as_codec(codec)
+        """The value codec (``None``: raw bytes, ``str`` accepted and UTF-8 encoded)."""
+        self._prefix = append_to_path(self.path, "")
+        self._cache: list[KeyValue] = []  # FIFO only: the rest of the last window read
+        self._reach = 1  # candidates the next take tries (see next_reach)
+        self._waits = Waits()
+
+    async def dequeue(self) -> ValueT:
+        """Take the head of the queue, waiting for an item as long as it takes.
+
+        Cancellation consumes nothing (see the module docstring).
+
+        Example::
+
+            from etcd_recipes import DistributedQueue
+
+            queue = DistributedQueue(client, f"{prefix}/q")
+            await queue.enqueue(b"job")
+            assert await queue.dequeue() == b"job"   # waits while the queue is empty
+        """
+        data = await self._take(wait=True, timeout=None)
+        assert data is not None
+        return cast(ValueT, decode(self.codec, data))
+
+    async def try_dequeue(self) -> ValueT | None:
+        """Take the head if there is one; ``None`` at once when the queue is empty.
+
+        Example::
+
+            from etcd_recipes import DistributedQueue
+
+            queue = DistributedQueue(client, f"{prefix}/q")
+            value = await queue.try_dequeue()
+            if value is None:
+                print("empty")
+        """
+        data = await self._take(wait=False, timeout=None)
+        return None if data is None else cast(ValueT, decode(self.codec, data))
+
+    async def poll(self, timeout: float) -> ValueT | None:
+        """Take the head, waiting up to ``timeout`` seconds (> 0) for one; ``None`` if none came.
+
+        Example::
+
+            from etcd_recipes import DistributedPriorityQueue
+
+            queue = DistributedPriorityQueue(client, f"{prefix}/pq")
+            assert await queue.poll(0.2) is None     # nothing came within 0.2 s
+            await queue.enqueue(b"job", 3)
+            assert await queue.poll(5.0) == b"job"
+        """
+        data = await self._take(wait=True, timeout=check_timeout(timeout, optional=False))
+        return None if data is None else cast(ValueT, decode(self.codec, data))
+
+    async def size(self) -> int:
+        """How many items the queue holds: one count read, advisory (stale once returned).
+
+        Use :meth:`try_dequeue` or :meth:`poll` to decide whether a take succeeds.
+
+        Example::
+
+            from etcd_recipes import DistributedQueue
+
+            queue = DistributedQueue(client, f"{prefix}/q")
+            await queue.enqueue_all([b"a", b"b"])
+            print("depth:", await queue.size())      # depth: 2
+        """
+        self._check_open()
+        return await self._client.count(self._prefix)
+
+    # ------------------------------------------------------------------ internals
+
+    def _encode(self, value: object) -> bytes:
+        return encode(self.codec, value)
+
+    def _head_op(self, limit: int) -> GetOp:
+        return Op.get(
+            self._prefix,
+            prefix=True,
+            sort_target=self._sort,
+            sort_order=SortOrder.ASCEND,
+            limit=limit,
+            keys_only=True,
+        )
+
+    async def _read_head(self, limit: int) -> RangeResult:
+        return await self._client.range(
+            self._prefix,
+            prefix=True,
+            sort_target=self._sort,
+            sort_order=SortOrder.ASCEND,
+            limit=limit,
+            keys_only=True,
+        )
+
+    async def _window(self, read: RangeResult) -> list[KeyValue]:
+        """The first items of the queue, in queue order, from a head read (keys only)."""
+        return read.kvs
+
+    async def _take(self, *, wait: bool, timeout: float | None) -> bytes | None:
+        self._check_open()
+        started = time.monotonic()
+        deadline = None if timeout is None else started + timeout
+        window, self._cache = self._cache, []
+        revision = 0
+        while True:
+            if not window:
+                read = await self._read_head(self._read_limit)
+                window, revision = await self._window(read), read.revision
+            if not window:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if not wait or (remaining is not None and remaining <= 0):
+                    return None
+                with self._waits.scope():
+                    await self._wait_for_item(revision, remaining)
+                self._check_open()
+                continue
+            chain = window[: self._reach]
+            compare, success, failure = first_present(chain, self._head_op(self._read_limit))
+            result = await commit(
+                self._client,
+                compare,
+                success,
+                failure,
+                undo=self._put_back,
+                what=f"{self.exception_context}: putting back a cancelled take",
+            )
+            level, reached = outcome(result)
+            self._reach = next_reach(self._reach, level if reached.succeeded else None, self._chain)
+            if reached.succeeded:
+                deleted = reached.responses[0]
+                assert isinstance(deleted, DeleteResult)
+                if self._cacheable:
+                    self._cache = window[level + 1 :]
+                if wait:
+                    record_latency(self._client, self._metric, started)
+                return deleted.prev_kvs[0].value
+            # Every candidate was gone: the innermost failure branch re-read the head.
+            fresh = reached.responses[0]
+            assert isinstance(fresh, RangeResult)
+            window, revision = await self._window(fresh), result.revision
+
+    async def _do_close(self) -> None:
+        self._waits.end_all()
+
+    async def _put_back(self, result: TxnResult) -> None:
+        _, reached = outcome(result)
+        deleted = reached.responses[0] if reached.succeeded else None
+        if isinstance(deleted, DeleteResult):
+            for kv in deleted.prev_kvs:
+                await self._client.put(kv.key, kv.value)
+
+    async def _wait_for_item(self, revision: int, timeout: float | None) -> bool:
+        return await wait_for_put_under(
+            self._client,
+            self._prefix,
+            after_revision=revision,
+            timeout=timeout,
+            on_recovery=self._on_recovery_event,
+        )

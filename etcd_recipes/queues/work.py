@@ -1,0 +1,595 @@
+"""An **at-least-once** work queue: a received item is *claimed*, not deleted, and is delivered
+again if the consumer that claimed it dies before acknowledging it.
+
+:Status: Beta
+
+Key layout (shared with the JVM library; ``<p>`` is the queue path, ``<id>`` an item's name):
+
+========================================  =============================  ========================
+key                                       value                          lease
+========================================  =============================  ========================
+``<p>/items/<id>``                        the payload, waiting           none
+``<p>/claimed/<id>``                      the payload, in flight         none (survives a crash)
+``<p>/claims/<id>``                       the consumer's ``client_id``   the consumer's lease
+``<p>/attempts/<id>``                     deliveries so far, int32 BE    none
+``<p>/dlq/<id>``                          a dead letter's payload        none
+``<p>/delayed/<ready%019d>-<r3>``         a delayed payload              none
+========================================  =============================  ========================
+
+``<id>`` is ``<millis%019d>-<r3>`` (a batch: ``<millis%019d>-<index%05d>-<r3>``); ``items/`` is
+served in key order, i.e. FIFO by the producers' clocks (made strictly increasing within a
+process, so one producer's items keep their order). A claim is one transaction:
+``If(mod_revision(items/id) == observed, attempts unchanged) Then(delete items/id,
+put claimed/id, put claims/id on the lease, put attempts/id = attempt)``; under contention it
+goes on, nested in the same transaction, to the next item read that is still present and
+never delivered, and it reads the queue's next items right after the claim, which a receive
+that follows within half a second starts from. ``ack()`` deletes ``claims/ claimed/
+attempts/`` and ``requeue()`` moves the payload back to ``items/<id>``, both guarded on the
+claim marker still being this consumer's (value and create revision).
+
+Guarantees:
+
+* every item is delivered until a consumer acknowledges it, or it is dead-lettered: nothing is
+  lost when a consumer crashes, is killed or is partitioned. Delivery is **at least once**, so
+  handlers must be idempotent (key side effects on :attr:`WorkItem.id`);
+* exactly one consumer holds an item's claim at a time; ``ack()`` and ``requeue()`` return
+  ``False`` when the claim was lost (its lease expired and the item may be delivered again
+  elsewhere) -- the work may have been done twice, so count it, do not "compensate";
+* the claim marker lives on the consumer's **self-healing** lease (TTL =
+  ``visibility_timeout``), taken lazily: a producer that only enqueues holds no lease and runs
+  no sweeper. A live consumer keeps renewing, so ``visibility_timeout`` bounds **crash
+  detection**, not processing time. When the lease is lost its markers go with it (the lease
+  heals for *future* claims only) and the items become reclaimable;
+* orphaned items (a claim with no marker) are returned by every consumer -- when a receive
+  notices them, and by a sweeper every ``sweep_interval`` -- to their **original** key, so
+  they keep their place in the queue, with ``attempt + 1`` on the next delivery. A crashed
+  consumer's item is redelivered within about ``visibility_timeout + sweep_interval``;
+* an orphan whose ``attempts`` reached ``max_deliveries`` goes to the dead letters instead
+  (``dead_letters()``, ``requeue_dead_letter(id)``, ``purge_dead_letter(id)``): an operator
+  surface that nothing drains automatically;
+* delayed items (``enqueue(v, delay=s)``) are invisible until ready, then promoted in
+  ready-time order under their ready time, so they interleave with immediate items by time;
+* ``enqueue_all`` is atomic (one transaction);
+* closing returns this consumer's unacknowledged items to the queue at once (as a crash would,
+  without the wait) and revokes the lease;
+* cancelling ``receive()`` (task cancel, ``anyio.fail_after``, ``asyncio.timeout``, Ctrl-C in
+  the sync facade) consumes nothing: a claim already in flight is undone (payload back under
+  its key, attempts as before), and a consumer lease taken by that call is revoked again.
+
+Not guaranteed: exactly-once processing; an order across consumers; delay precision better
+than the clock skew between producer and consumer (ready times are producers' clock readings).
+``requeue()`` keeps the attempt count but never dead-letters (only orphans do, as in the
+reference).
+
+Deviations from the reference: the wait for items is anchored at the snapshot's revision + 1
+(the reference's was not); orphans are detected by a receive that reads the queue afresh, from
+two count reads in the same round trip as the head read; ``ack``/``requeue`` also compare the
+marker's create
+revision, so a stale item cannot settle a later claim of the same consumer; producers write
+with a create-only compare; closing returns held items instead of leaving them to other
+consumers' sweeps.
+
+Example::
+
+    from etcd_recipes import DistributedWorkQueue
+
+    async with DistributedWorkQueue(client, f"{prefix}/emails") as queue:
+        await queue.enqueue(b"welcome:42")
+        item = await queue.receive()
+        assert item.value == b"welcome:42"   # send it here; handlers must be idempotent
+        if not await item.ack():
+            print(f"claim on {item.id} was lost; it may have been sent twice")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import random
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Generic, overload
+
+from .._core.keys import pad, random_token
+from .._core.listeners import ListenerSet
+from .._core.recipe import Recipe
+from .._core.validate import check_timeout
+from .._core.waiting import abort_guard, wait_for_put_under
+from ..codecs import Codec, ValueT, as_codec
+from ..errors import EtcdRecipeError, InvalidArgumentError, LeaseEventError, LeaseNotFoundError
+from ..events import LeaseEvent, LeaseExpired, LeaseRestored
+from ..types import KeyValue
+from ._claims import Claimer
+from ._consumer import RECEIVE_CALL, ConsumerLease
+from ._layout import Snapshot, WorkKeys, check_id, item_name, ready_millis
+from ._sweep import promote_matured, reclaim_orphans
+from ._take import (
+    Waits,
+    check_batch,
+    create,
+    decode,
+    encode,
+    key_millis,
+    now_millis,
+    record_latency,
+)
+from .config import WorkQueueConfig
+from .dead_letters import DeadLetter, _list_dead, _purge_dead, _requeue_dead
+from .item import WorkItem, _Claim
+
+if TYPE_CHECKING:
+    from ..client import EtcdClient
+
+__all__ = ["DistributedWorkQueue"]
+
+log = logging.getLogger("etcd_recipes.work_queue")
+
+_METRIC = "work_queue.receive"
+_CHAIN_BYTES = 256 * 1024  # payload bytes one claim transaction may carry
+_PREFETCH_TTL = 0.5  # seconds a snapshot read by a claim may start the next receive
+
+
+class DistributedWorkQueue(Recipe, Generic[ValueT]):
+    """An at-least-once work queue with visibility timeout, dead letters and delayed delivery.
+
+    Values are ``bytes`` (``str`` is accepted and UTF-8 encoded); pass ``codec=`` to carry any
+    ``T`` (``WorkItem.value`` and ``DeadLetter.value`` are then decoded). No ``start()`` is
+    needed. Close it (``async with``) so that unacknowledged items return at once.
+
+    Example::
+
+        from etcd_recipes import JSON, DistributedWorkQueue, WorkQueueConfig
+
+        config = WorkQueueConfig(visibility_timeout=10, max_deliveries=3)
+        async with DistributedWorkQueue(client, f"{prefix}/jobs", config, codec=JSON) as queue:
+            await queue.enqueue({"job": 1})
+            await queue.enqueue({"job": 2}, delay=60)      # visible in a minute
+            while (item := await queue.receive(timeout=0.5)) is not None:
+                assert item.value == {"job": 1}            # process it here, then:
+                await item.ack()
+    """
+
+    one_shot = False
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        path: str,
+        config: WorkQueueConfig | None = None,
+        *,
+        codec: Codec[ValueT] | None = None,
+        client_id: str | None = None,
+    ) -> None:
+        super().__init__(client, path, client_id=client_id)
+        if config is not None and not isinstance(config, WorkQueueConfig):
+            raise InvalidArgumentError(f"config must be a WorkQueueConfig, not {config!r}")
+        self.config: WorkQueueConfig = config or WorkQueueConfig()
+        """The queue's settings."""
+        self.codec: Codec[ValueT] | None = None if codec is None else as_codec(codec)
+        """The value codec (``None``: raw bytes, ``str`` accepted and UTF-8 encoded)."""
+        self._keys = WorkKeys.under(self.path)
+        self._claimer = Claimer(
+            client,
+            self._keys,
+            self.client_id,
+            f"{self.exception_context}: undoing a cancelled claim",
+        )
+        self._consumer = ConsumerLease(
+            client,
+            self.config.visibility_timeout,
+            on_event=self._on_lease_event,
+            spawn_sweeper=lambda: self._spawn(self._sweep_forever(), "sweeper"),
+            check_open=self._check_open,
+            context=self.exception_context,
+        )
+        self._held: dict[str, WorkItem] = {}
+        self._prefetched: tuple[float, Snapshot] | None = None
+        self._waits = Waits()
+        self._lease_listeners = ListenerSet("lease", self._record_exception_at)
+
+    # ------------------------------------------------------------------ producing
+
+    async def enqueue(self, value: ValueT | str, delay: float | None = None) -> str:
+        """Add ``value``; returns its id. With ``delay`` (seconds) it stays invisible until it
+        matures (a delay <= 0 enqueues at once).
+
+        Example::
+
+            from etcd_recipes import DistributedWorkQueue
+
+            queue = DistributedWorkQueue(client, f"{prefix}/mail")
+            item_id = await queue.enqueue(b"send-welcome")
+            await queue.enqueue(b"send-reminder", delay=3600)   # invisible for an hour
+            assert await queue.size() == 1
+            assert (await queue.receive()).id == item_id
+            await queue.aclose()                    # the unacknowledged item goes back
+        """
+        self._check_open()
+        data = encode(self.codec, value)
+        if delay is not None and (
+            isinstance(delay, bool)
+            or not isinstance(delay, (int, float))
+            or not math.isfinite(delay)
+        ):
+            raise InvalidArgumentError(f"delay must be a finite number of seconds, got {delay!r}")
+
+        def key() -> list[str]:
+            if delay is None or delay <= 0:
+                return [f"{self._keys.items}{pad(key_millis(), 19)}-{random_token(3)}"]
+            ready = now_millis() + round(delay * 1000)
+            return [f"{self._keys.delayed}{pad(ready, 19)}-{random_token(3)}"]
+
+        keys = await create(self._client, key, [data])
+        return keys[0].rsplit("/", 1)[-1]
+
+    async def enqueue_all(self, values: Iterable[ValueT | str]) -> list[str]:
+        """Add every value in **one** transaction (all visible at once, in argument order, or
+        none); returns their ids. An empty iterable is a no-op.
+
+        Example::
+
+            from etcd_recipes import DistributedWorkQueue
+
+            async with DistributedWorkQueue(client, f"{prefix}/batch") as queue:
+                ids = await queue.enqueue_all([b"a", b"b", b"c"])
+                assert len(ids) == 3 and await queue.size() == 3
+        """
+        self._check_open()
+        data = [encode(self.codec, v) for v in check_batch(values)]
+        if not data:
+            return []
+
+        def keys() -> list[str]:
+            millis = pad(key_millis(), 19)
+            return [
+                f"{self._keys.items}{millis}-{pad(i, 5)}-{random_token(3)}"
+                for i in range(len(data))
+            ]
+
+        return [k.rsplit("/", 1)[-1] for k in await create(self._client, keys, data)]
+
+    # ------------------------------------------------------------------ consuming
+
+    @overload
+    async def receive(self, timeout: float) -> WorkItem | None: ...
+
+    @overload
+    async def receive(self, timeout: None = None) -> WorkItem: ...
+
+    async def receive(self, timeout: float | None = None) -> WorkItem | None:
+        """Claim the next item, waiting for one (at most ``timeout`` seconds, > 0); ``None`` if
+        the time ran out. Cancellation consumes nothing.
+
+        Example::
+
+            from etcd_recipes import DistributedWorkQueue
+
+            async with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
+                await queue.enqueue(b"job")
+                item = await queue.receive(timeout=30)
+                if item is not None:
+                    await item.ack()
+                assert await queue.receive(timeout=0.2) is None   # time ran out
+        """
+        limit = check_timeout(timeout)
+        return await self._receive(wait=True, timeout=limit)
+
+    async def try_receive(self) -> WorkItem | None:
+        """Claim the next item if one is ready; ``None`` at once otherwise.
+
+        Example::
+
+            from etcd_recipes import DistributedWorkQueue
+
+            async with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
+                assert await queue.try_receive() is None         # nothing ready: at once
+        """
+        return await self._receive(wait=False, timeout=None)
+
+    async def size(self) -> int:
+        """How many items wait to be received (not delayed, in flight or dead): one count read,
+        advisory.
+
+        Example::
+
+            from etcd_recipes import DistributedWorkQueue
+
+            queue = DistributedWorkQueue(client, f"{prefix}/jobs")
+            await queue.enqueue(b"job")
+            print("backlog:", await queue.size())            # backlog: 1
+        """
+        self._check_open()
+        return await self._client.count(self._keys.items)
+
+    @property
+    def lease_id(self) -> int:
+        """The consumer lease's id (0 before the first claim, while healing, and after close)."""
+        return self._consumer.lease_id
+
+    def add_lease_listener(self, listener: Callable[[LeaseEvent], Any]) -> None:
+        """Call ``listener`` with each consumer-lease event.
+
+        ``LeaseExpired`` means every outstanding claim of this consumer is gone (the items are
+        reclaimable, their ``ack()`` returns ``False``) even though the lease then heals
+        (``LeaseRestored``) for future claims; ``LeaseFailed`` means healing gave up (the next
+        claim takes a new lease).
+
+        Example::
+
+            from etcd_recipes import DistributedWorkQueue
+
+            async with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
+                queue.add_lease_listener(lambda event: print("lease:", event))
+        """
+        self._lease_listeners.add(listener)
+
+    def remove_lease_listener(self, listener: Callable[[LeaseEvent], Any]) -> None:
+        """Stop calling ``listener``."""
+        self._lease_listeners.remove(listener)
+
+    # ------------------------------------------------------------------ dead letters
+
+    async def dead_letters(self) -> list[DeadLetter[ValueT]]:
+        """The dead-lettered items, oldest id first (one read).
+
+        Example::
+
+            from etcd_recipes import DistributedWorkQueue, WorkQueueConfig
+
+            config = WorkQueueConfig(visibility_timeout=1, max_deliveries=1)
+            async with DistributedWorkQueue(client, f"{prefix}/jobs", config) as queue:
+                await queue.enqueue(b"poison")
+                await queue.receive()
+                await client.lease_revoke(queue.lease_id)   # as if this consumer crashed
+                other = DistributedWorkQueue(client, f"{prefix}/jobs", config)
+                assert await other.try_receive() is None    # the orphan is dead, not redelivered
+                for dead in await other.dead_letters():
+                    print(f"{dead.id} failed {dead.attempts} times: {dead.value!r}")
+                await other.aclose()
+        """
+        self._check_open()
+        return await _list_dead(self._client, self._keys, self.codec)
+
+    async def requeue_dead_letter(self, item_id: str) -> bool:
+        """Put a dead letter back in the queue (at its original place) with a fresh attempt
+        count; ``False`` if there is no such dead letter.
+
+        Example::
+
+            from etcd_recipes import DistributedWorkQueue, WorkQueueConfig
+
+            config = WorkQueueConfig(visibility_timeout=1, max_deliveries=1)
+            async with DistributedWorkQueue(client, f"{prefix}/jobs", config) as queue:
+                item_id = await queue.enqueue(b"poison")
+                await queue.receive()
+                await client.lease_revoke(queue.lease_id)   # as if this consumer crashed
+                other = DistributedWorkQueue(client, f"{prefix}/jobs", config)
+                assert await other.try_receive() is None    # dead-lettered
+                assert await other.requeue_dead_letter(item_id) is True
+                assert (await other.receive()).attempt == 1  # a fresh count
+                assert await other.requeue_dead_letter(item_id) is False
+                await other.aclose()
+        """
+        self._check_open()
+        return await _requeue_dead(self._client, self._keys, check_id(item_id))
+
+    async def purge_dead_letter(self, item_id: str) -> bool:
+        """Delete a dead letter for good; ``False`` if there is no such dead letter.
+
+        Example::
+
+            from etcd_recipes import DistributedWorkQueue
+
+            async with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
+                for dead in await queue.dead_letters():
+                    await queue.purge_dead_letter(dead.id)
+                assert await queue.purge_dead_letter("0001700000000000-abc") is False
+        """
+        self._check_open()
+        return await _purge_dead(self._client, self._keys, check_id(item_id))
+
+    # ------------------------------------------------------------------ receive internals
+
+    def _fresh_prefetch(self) -> Snapshot | None:
+        prefetched, self._prefetched = self._prefetched, None
+        if prefetched is None or time.monotonic() - prefetched[0] > _PREFETCH_TTL:
+            return None
+        prefetched[1].kept = True
+        return prefetched[1]
+
+    async def _snapshot(self) -> Snapshot:
+        result = await self._client.txn([], self._keys.snapshot_ops())
+        return Snapshot.parse(result.responses, result.revision)
+
+    async def _receive(self, *, wait: bool, timeout: float | None) -> WorkItem | None:
+        self._check_open()
+        call = object()
+        token = RECEIVE_CALL.set(call)
+
+        async def give_back_new_lease() -> None:
+            # A cancelled (or failed) receive that took the consumer lease gives it back,
+            # unless claims made meanwhile need it.
+            if self._consumer.taken_by is call and not self._held:
+                await self._consumer.stop()
+
+        try:
+            async with abort_guard(give_back_new_lease, what=f"{self.exception_context}: lease"):
+                return await self._receive_loop(wait=wait, timeout=timeout)
+        finally:
+            RECEIVE_CALL.reset(token)
+
+    async def _receive_loop(self, *, wait: bool, timeout: float | None) -> WorkItem | None:
+        started = time.monotonic()
+        # try_receive() does not wait for a healing lease either.
+        deadline = started if not wait else None if timeout is None else started + timeout
+        snap = self._fresh_prefetch() or await self._snapshot()
+        reclaimed = False
+        while True:
+            self._check_open()
+            if snap.delayed is not None and ready_millis(snap.delayed) <= now_millis():
+                await self._promote_matured()
+                snap = await self._snapshot()
+                continue
+            if snap.orphans and not reclaimed:
+                reclaimed = True  # once per pass: a lost race must not spin
+                if await self._reclaim_orphans():
+                    snap = await self._snapshot()
+                    continue
+            if snap.items:
+                outcome = await self._claim(snap.items, deadline)
+                if isinstance(outcome, WorkItem):
+                    if wait:
+                        record_latency(self._client, _METRIC, started)
+                    return outcome
+                if outcome is None:
+                    return None  # the deadline passed while the consumer lease was healing
+                snap, reclaimed = outcome, False
+                continue
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if not wait or (remaining is not None and remaining <= 0):
+                return None
+            if snap.kept:
+                # Park only on a fresh read: a watch anchored below the current revision is
+                # caught up by etcd's 100 ms sync loop, so a hand-off would lag by up to that.
+                snap, reclaimed = await self._snapshot(), False
+                continue
+            wait_for = self.config.sweep_interval
+            if remaining is not None:
+                wait_for = min(wait_for, remaining)
+            if snap.delayed is not None:
+                due = (ready_millis(snap.delayed) - now_millis()) / 1000
+                wait_for = min(wait_for, max(due, 0.001))
+            with self._waits.scope():
+                await self._wait_for_items(snap.revision, wait_for)
+            self._check_open()
+            snap, reclaimed = await self._snapshot(), False
+
+    async def _wait_for_items(self, revision: int, timeout: float) -> bool:
+        return await wait_for_put_under(
+            self._client,
+            self._keys.items,
+            after_revision=revision,
+            timeout=timeout,
+            on_recovery=self._on_recovery_event,
+        )
+
+    async def _claim(
+        self, items: list[KeyValue], deadline: float | None
+    ) -> WorkItem | Snapshot | None:
+        """Claim the first of ``items`` still present: the item, a fresh snapshot if none was,
+        or None if the deadline passed while the consumer lease was healing."""
+        window, size = [items[0]], len(items[0].value)
+        for kv in items[1 : self._claimer.reach]:  # well under the server's request size limit
+            size += len(kv.value)
+            if size > _CHAIN_BYTES:
+                break
+            window.append(kv)
+        dead = 0  # a lease id the server no longer knows
+        while True:
+            lease_id = await self._consumer.acquire(deadline, dead)
+            if not lease_id:
+                return None
+            try:
+                claimed = await self._claimer.claim(window, lease_id)
+            except LeaseNotFoundError:
+                # The lease died (revoked, expired) before the keeper noticed: wait for the
+                # healed one instead of retrying with a dead id.
+                dead = lease_id
+                continue
+            if isinstance(claimed, Snapshot):
+                return claimed
+            # The state right after this claim: the next receive may start from it (saving a
+            # round trip) while it is fresh. The claim of a stale candidate just fails over.
+            self._prefetched = (time.monotonic(), claimed.after)
+            name = item_name(claimed.head.key)
+            item = WorkItem(
+                name,
+                decode(self.codec, claimed.head.value),
+                claimed.attempt,
+                claim=_Claim(self, claimed.head.value, claimed.revision),
+            )
+            self._held[name] = item
+            return item
+
+    # ------------------------------------------------------------------ the consumer lease
+
+    def _on_lease_event(self, event: LeaseEvent) -> None:
+        self._on_recovery_event(event)
+        if isinstance(event, LeaseExpired):
+            self._held.clear()  # every marker went with the lease
+        if not isinstance(event, LeaseRestored):
+            self._record_exception(LeaseEventError(event), "lease")
+        self._lease_listeners.emit(event)
+
+    def _record_exception_at(self, where: str, exc: BaseException) -> None:
+        self._record_exception(exc, where)
+
+    # ------------------------------------------------------------------ settling
+
+    async def _settle(self, item: WorkItem, *, requeue: bool) -> bool:
+        claim = item._claim
+        if claim.settled or self.is_closed:
+            return False
+        if requeue:
+            self._prefetched = None  # it goes back to the head: a kept snapshot lacks it
+        settled = await self._claimer.settle(item.id, claim.data, claim.revision, requeue=requeue)
+        claim.settled = True
+        if self._held.get(item.id) is item:
+            del self._held[item.id]
+        if not settled:
+            log.info(
+                "%s: the claim on %s was lost before settling", self.exception_context, item.id
+            )
+        return settled
+
+    async def _release(self, item: WorkItem) -> None:
+        """Return an unsettled item as an orphan would be returned (or dead-lettered)."""
+        claim = item._claim
+        claim.settled = True
+        dead = item.attempt >= self.config.max_deliveries
+        await self._claimer.release(item.id, claim.data, claim.revision, dead=dead)
+
+    # ------------------------------------------------------------------ sweeping
+
+    async def _reclaim_orphans(self) -> int:
+        self._prefetched = None
+        return await reclaim_orphans(
+            self._client, self._keys, self.config.max_deliveries, self.exception_context
+        )
+
+    async def _promote_matured(self) -> int:
+        self._prefetched = None
+        return await promote_matured(self._client, self._keys)
+
+    async def _sweep_forever(self) -> None:
+        period = self.config.sweep_interval
+        await asyncio.sleep(period + random.uniform(0, period / 2))  # fleets do not sweep in step
+        while True:
+            try:
+                snap = await self._snapshot()
+                if snap.delayed is not None and ready_millis(snap.delayed) <= now_millis():
+                    await self._promote_matured()
+                if snap.orphans:
+                    await self._reclaim_orphans()
+            except EtcdRecipeError as exc:
+                log.debug("%s: sweep failed: %s", self.exception_context, exc)
+            except Exception as exc:
+                self._record_exception(exc, "sweeper")
+            await asyncio.sleep(period)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def _do_close(self) -> None:
+        self._waits.end_all()
+        self._consumer.cancel_sweeper()
+        held = list(self._held.values())
+        self._held.clear()
+        if held:
+            results = await asyncio.gather(
+                *(self._release(item) for item in held), return_exceptions=True
+            )
+            for result in results:
+                if isinstance(result, Exception):
+                    log.info("%s: returning an item on close failed: %s", self.path, result)
+        await self._consumer.revoke()

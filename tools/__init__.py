@@ -1,0 +1,1 @@
+"""Developer tools of etcd-recipes (not shipped in the wheel)."""

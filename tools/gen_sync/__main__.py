@@ -1,0 +1,7 @@
+"""``python -m tools.gen_sync``: see :mod:`tools.gen_sync`."""
+
+import sys
+
+from tools.gen_sync.output import main
+
+sys.exit(main())

@@ -1,0 +1,543 @@
+"""Writing one twin module: signatures, conversions at the facade boundary, bodies, imports.
+
+The text is valid Python but not pretty: :mod:`tools.gen_sync.output` formats it with ruff.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from dataclasses import dataclass
+
+from . import index as ix
+from .index import Canon, Func, GenError, Module
+from .plan import ClassPlan, Member, Plan, out_name
+from .rules import HEADER, PACKAGE_DOC, SYNC_ONLY
+
+TWIN = "etcd_recipes.sync._twin"
+PACKAGE_TAIL = """
+# Twins report the package they are imported from (as etcd_recipes does), not their module.
+for _value in list(locals().values()):
+    if (isinstance(_value, type) or callable(_value)) and getattr(
+        _value, "__module__", ""
+    ).startswith("etcd_recipes.sync."):
+        _value.__module__ = __name__
+del _value"""
+
+
+def ind(level: int) -> str:
+    return "    " * level
+
+
+def call(func: str, args: list[str], level: int, prefix: str = "") -> list[str]:
+    return [f"{ind(level)}{prefix}{func}({', '.join(args)})"]
+
+
+def define(name: str, params: list[str], returns: str | None, level: int) -> list[str]:
+    return [f"{ind(level)}def {name}({', '.join(params)}){f' -> {returns}' if returns else ''}:"]
+
+
+def suffix(params: list[str]) -> str:
+    """A suffix that keeps the generated locals (value, result, runtime) off parameter names."""
+    names = {p.lstrip("*").split(":")[0].split("=")[0].strip() for p in params}
+    sfx = ""
+    while names & {f"value{sfx}", f"result{sfx}", f"runtime{sfx}"}:
+        sfx += "_"
+    return sfx
+
+
+@dataclass
+class Conversion:
+    """How one parameter or result crosses the facade."""
+
+    kind: str  # plain | unwrap | hook | listener | listener_nowait | twin | none | iter | cm
+    annotation: str | None  # the sync annotation text
+    optional: bool = False
+    element_twinned: bool = False
+
+
+class Writer:
+    """The text and the imports of one generated module."""
+
+    def __init__(self, plan: Plan, source: Module) -> None:
+        self.plan = plan
+        self.index = plan.index
+        self.source = source
+        self.out_module = out_name(source.name)
+        self.imports: dict[str, set[str]] = {}
+        self.tc_imports: dict[str, set[str]] = {}
+        self.names: dict[str, Canon] = {"_async": ("", source.name)}
+        self.typevars: dict[str, Canon] = {}  # TypeVars redefined in the twin module
+
+    def need(self, module: str, name: str, *, type_only: bool = False) -> str:
+        """Import ``name`` from ``module`` (unless builtin/local) and return the name to use."""
+        canon = (module, name)
+        if module == "builtins":
+            return name
+        previous = self.names.setdefault(name, canon)
+        if previous != canon:
+            raise GenError(f"{self.out_module}: {name!r} means both {previous} and {canon}")
+        if module == self.out_module:
+            return name
+        if type_only and name not in self.imports.get(module, set()):
+            self.tc_imports.setdefault(module, set()).add(name)
+        elif not type_only:
+            self.imports.setdefault(module, set()).add(name)
+            self.tc_imports.get(module, set()).discard(name)
+        return name
+
+    def rewrite(self, node: ast.expr, ctx: Module, *, runtime: bool = False) -> ast.expr:
+        """Copy an annotation/default with names resolved, twinned, and imported."""
+        writer = self
+
+        class Names(ast.NodeTransformer):
+            def visit_Constant(self, n: ast.Constant) -> ast.AST:
+                parsed = ix.parse_str(n)  # a forward reference
+                return n if parsed is n else self.visit(parsed)
+
+            def visit_Name(self, n: ast.Name) -> ast.AST:
+                return ast.Name(writer.name_for(writer.index.resolve(ctx.name, n.id), runtime))
+
+            def visit_Subscript(self, n: ast.Subscript) -> ast.AST:
+                if writer.index.is_abc(n.value, ctx, "Literal"):  # strings there are values
+                    return ast.Subscript(value=self.visit(n.value), slice=n.slice)
+                return self.generic_visit(n)
+
+        result = Names().visit(copy.deepcopy(node))
+        assert isinstance(result, ast.expr)
+        return result
+
+    def name_for(self, canon: Canon, runtime: bool) -> str:
+        """The name to write for ``canon``: its twin, a local TypeVar, or an import."""
+        if canon in self.plan.twins:
+            return self.need(self.plan.twins[canon], canon[1], type_only=not runtime)
+        if self.plan.typevar(canon) is not None:  # redefined in the twin module
+            self.typevars[canon[1]] = canon
+            return self.need(self.out_module, canon[1])
+        return self.need(*canon)
+
+    def text(self, node: ast.expr, ctx: Module) -> str:
+        return ast.unparse(self.rewrite(node, ctx))
+
+    def typevar_lines(self) -> list[str]:
+        """``T = TypeVar("T", ...)`` for every TypeVar the module uses (bounds twinned)."""
+        done: dict[str, str] = {}
+        while set(self.typevars) - set(done):
+            for name in sorted(set(self.typevars) - set(done)):
+                canon = self.typevars[name]
+                tv = self.plan.typevar(canon)
+                mod = self.index.module(canon[0])
+                assert tv is not None
+                assert mod is not None
+                func = self.need(*self.index.canon_of(tv.func, mod) or ("typing", "TypeVar"))
+                args = [repr(name)]
+                pairs = [(None, a) for a in tv.args[1:]] + [(k.arg, k.value) for k in tv.keywords]
+                for key, value in pairs:
+                    if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                        text = repr(ast.unparse(self.rewrite(value, mod)))  # stays lazy
+                    else:
+                        text = ast.unparse(self.rewrite(value, mod, runtime=True))
+                    args.append(f"{key}={text}" if key else text)
+                done[name] = f"{name} = {func}({', '.join(args)})"
+        return [done[n] for n in sorted(done)]
+
+    # ---------------------------------------------------------------- conversions
+
+    def alias_target(self, node: ast.expr, ctx: Module) -> tuple[ast.expr, Module]:
+        """Follow a module-level alias of a ``Callable[...]`` to its definition."""
+        canon = self.index.canon_of(node, ctx)
+        found = self.index.definition(canon) if canon else None
+        if found and isinstance(found[1], (ast.Assign, ast.AnnAssign)) and found[1].value:
+            value = found[1].value
+            if isinstance(value, ast.Subscript) and self.index.is_abc(
+                value.value, found[0], "Callable"
+            ):
+                return value, found[0]
+        return node, ctx
+
+    def param(self, ann: ast.expr | None, ctx: Module) -> Conversion:
+        """How a parameter crosses: unwrapped twin, hook, listener or plain."""
+        if ann is None:
+            return Conversion("plain", None)
+        inner, optional = ix.split_optional(ann)
+        if self.plan.is_twin(self.index.canon_of(inner, ctx)):
+            return Conversion("unwrap", self.text(ann, ctx), optional)
+        target, tctx = self.alias_target(inner, ctx)
+        if isinstance(target, ast.Subscript) and self.index.is_abc(target.value, tctx, "Callable"):
+            items = ix.slice_items(target)
+            if len(items) != 2:
+                raise GenError(f"{ctx.path}: malformed Callable {ast.unparse(target)!r}")
+            args, ret = items
+            ret_inner = ret
+            if isinstance(ret, ast.Subscript) and self.index.is_abc(ret.value, tctx, "Awaitable"):
+                ret_inner = ret.slice
+            elif isinstance(ret, ast.Subscript) and self.index.is_abc(ret.value, tctx, "Coroutine"):
+                ret_inner = ix.slice_items(ret)[-1]
+            if ret_inner is not ret:
+                sync: ast.expr = ast.Subscript(
+                    value=self.rewrite(target.value, tctx),
+                    slice=ast.Tuple(elts=[self.rewrite(args, tctx), self.rewrite(ret_inner, tctx)]),
+                )
+                if optional:
+                    sync = ast.BinOp(left=sync, op=ast.BitOr(), right=ast.Constant(None))
+                return Conversion("hook", ast.unparse(sync), optional)
+            if self.plan.mentions_async(target, tctx):
+                raise GenError(f"{ctx.path}: cannot twin the callable {ast.unparse(ann)!r}")
+            kind = "listener_nowait" if ix.is_none(ret) else "listener"
+            return Conversion(kind, self.text(ann, ctx), optional)
+        if self.plan.mentions_async(ann, ctx):
+            raise GenError(f"{ctx.path}: cannot twin a parameter of type {ast.unparse(ann)!r}")
+        return Conversion("plain", self.text(ann, ctx))
+
+    def result(self, ann: ast.expr | None, ctx: Module, *, cm: bool = False) -> Conversion:
+        """How a result crosses: wrapped twin, blocking iterator/context manager, or plain."""
+        if ann is None:
+            return Conversion("plain", None)
+        if ix.is_none(ann):
+            return Conversion("none", "None")
+        inner, optional = ix.split_optional(ix.parse_str(ann))
+        if self.plan.is_twin(self.index.canon_of(inner, ctx)):
+            return Conversion("twin", self.text(ann, ctx), optional)
+        if isinstance(inner, ast.Subscript) and not optional:
+            head = self.index.canon_of(inner.value, ctx)
+            if self.index.is_abc(
+                inner.value, ctx, "AsyncIterator", "AsyncIterable", "AsyncGenerator"
+            ):
+                # An @asynccontextmanager is written as an async generator of its one value.
+                kind, wrapper = ("cm", "AbstractContextManager") if cm else ("iter", "Iterator")
+                return self.container(kind, wrapper, ix.slice_items(inner)[0], ctx)
+            if self.index.is_abc(inner.value, ctx, "AsyncContextManager") or head == (
+                "contextlib",
+                "AbstractAsyncContextManager",
+            ):
+                return self.container("cm", "AbstractContextManager", ix.slice_items(inner)[0], ctx)
+        bad = self.plan.mentions_async(ann, ctx)
+        if bad:
+            raise GenError(f"{ctx.path}: cannot twin a result of type {ast.unparse(ann)!r} ({bad})")
+        return Conversion("plain", self.text(ann, ctx))
+
+    def container(self, kind: str, wrapper: str, element: ast.expr, ctx: Module) -> Conversion:
+        module = "contextlib" if wrapper == "AbstractContextManager" else "collections.abc"
+        elem_inner, _ = ix.split_optional(ix.parse_str(element))
+        twinned = self.plan.is_twin(self.index.canon_of(elem_inner, ctx))
+        if not twinned and self.plan.mentions_async(element, ctx):
+            raise GenError(f"{ctx.path}: cannot twin {ast.unparse(element)!r} inside {wrapper}")
+        name = self.need(module, wrapper)
+        return Conversion(kind, f"{name}[{self.text(element, ctx)}]", False, twinned)
+
+
+class Emitter:
+    """Text of every generated module of one :class:`Plan`."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.usage = plan.usage
+
+    def doc(self, text: str | None, level: int) -> list[str]:
+        return [ind(level) + self.usage.doc(text)] if text else []
+
+    def head(
+        self, name: str, params: list[str], returns: str | None, fn: Func, ctx: Module, level: int
+    ) -> list[str]:
+        """``def name(params) -> returns:`` and the docstring of ``fn``, rewritten."""
+        return define(name, params, returns, level) + self.doc(
+            ix.doc_segment(fn.body, ctx), level + 1
+        )
+
+    # ---------------------------------------------------------------- modules
+
+    def module_text(self, mod: Module, names: list[str]) -> str:
+        w = Writer(self.plan, mod)
+        body: list[str] = []
+        for name in names:
+            node = mod.defs[name]
+            body += ["", ""]
+            if isinstance(node, ast.ClassDef):
+                body += self.class_text(w, self.plan.plan(mod, node))
+            else:
+                assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                body += self.function_text(w, node, mod)
+        typevars = w.typevar_lines()
+        tc = {m: n - w.imports.get(m, set()) for m, n in w.tc_imports.items()}
+        tc = {m: n for m, n in tc.items() if n}
+        if tc:
+            w.need("typing", "TYPE_CHECKING")
+        package, _, leaf = mod.name.rpartition(".")
+        if package in w.imports:
+            raise GenError(f"{w.out_module}: would import from {package} twice")
+        head = [
+            HEADER.format(source=mod.path),
+            f'"""Blocking twin of :mod:`{mod.name}` (see :mod:`etcd_recipes.sync`)."""',
+            "",
+            "from __future__ import annotations",
+            "",
+            f"from {package} import {leaf} as _async",
+            *imports(w.imports, 0),
+        ]
+        if tc:
+            head += ["", "if TYPE_CHECKING:", *imports(tc, 1)]
+        head += ["", f"__all__ = {sorted(names)!r}", "", *typevars]
+        return "\n".join(head + body) + "\n"
+
+    def package_text(self) -> str:
+        exports: dict[str, set[str]] = {}
+        for name, canon in self.plan.exports.items():
+            module = self.plan.twins.get(canon, canon[0])
+            if canon in self.plan.functions:
+                module = out_name(canon[0])
+            exports.setdefault(module, set()).add(name)
+        for module, name in SYNC_ONLY:
+            exports.setdefault(module, set()).add(name)
+        every = sorted({*self.plan.exports, *(n for _, n in SYNC_ONLY)})
+        lines = [HEADER.format(source="the export list etcd_recipes/__init__.py"), PACKAGE_DOC]
+        body = [*lines, *imports(exports, 0), f"__all__ = {every!r}", PACKAGE_TAIL]
+        return "\n".join(body) + "\n"
+
+    # ---------------------------------------------------------------- functions
+
+    def signature(
+        self, w: Writer, fn: Func, ctx: Module, rt: str
+    ) -> tuple[list[str], list[str], str | None]:
+        """(sync parameter texts, call argument texts, runtime parameter) of ``fn``."""
+        a = fn.args
+        params: list[str] = []
+        args: list[str] = []
+        positional = a.posonlyargs + a.args
+        defaults: list[ast.expr | None] = [None] * (len(positional) - len(a.defaults))
+        defaults += list(a.defaults)
+        runtime: str | None = None
+
+        def one(arg: ast.arg, default: ast.expr | None, keyword: bool) -> None:
+            nonlocal runtime
+            conv = w.param(arg.annotation, ctx)
+            text = arg.arg + (f": {conv.annotation}" if conv.annotation is not None else "")
+            if default is not None:
+                text += ("=" if conv.annotation is None else " = ") + w.text(default, ctx)
+            params.append(text)
+            value = arg.arg
+            if conv.kind == "unwrap":
+                value = f"{arg.arg}._a"
+                if runtime is None and not conv.optional:
+                    runtime = arg.arg
+            elif conv.kind in ("hook", "listener", "listener_nowait"):
+                value = f"{rt}.{conv.kind}({arg.arg})"
+            if conv.optional and value != arg.arg:
+                value = f"None if {arg.arg} is None else {value}"
+            args.append(f"{arg.arg}={value}" if keyword else value)
+
+        for i, (arg, default) in enumerate(zip(positional, defaults)):
+            if i == 0 and arg.arg in ("self", "cls"):
+                params.append(
+                    arg.arg + (f": {w.text(arg.annotation, ctx)}" if arg.annotation else "")
+                )
+            else:
+                one(arg, default, False)
+            if a.posonlyargs and arg is a.posonlyargs[-1]:
+                params.append("/")
+        for star, extra in (("*", a.vararg), ("**", a.kwarg)):
+            if star == "**":
+                for arg, kw_default in zip(a.kwonlyargs, a.kw_defaults):
+                    one(arg, kw_default, True)
+            if extra is None:
+                if star == "*" and a.kwonlyargs:
+                    params.append("*")
+                continue
+            conv = w.param(extra.annotation, ctx)
+            if conv.kind != "plain":
+                raise GenError(f"{ctx.path}: {star}{extra.arg} must be plainly typed")
+            params.append(
+                f"{star}{extra.arg}" + (f": {conv.annotation}" if conv.annotation else "")
+            )
+            args.append(f"{star}{extra.arg}")
+        return params, args, runtime
+
+    def runtime_param(self, w: Writer, fn: Func, ctx: Module) -> str | None:
+        """The first required parameter typed with a twinned class: its runtime is used."""
+        a = fn.args
+        for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
+            if arg.annotation is None or arg.arg in ("self", "cls"):
+                continue
+            inner, optional = ix.split_optional(arg.annotation)
+            if not optional and self.plan.is_twin(self.plan.index.canon_of(inner, ctx)):
+                return arg.arg
+        return None
+
+    def function_text(
+        self, w: Writer, fn: Func, ctx: Module, target: str | None = None, level: int = 0
+    ) -> list[str]:
+        """A function (or static method): forwards on its client's runtime, or starts one."""
+        target = target or f"_async.{fn.name}"
+        runtime = self.runtime_param(w, fn, ctx)
+        rt = "runtime" if runtime is None else f"{runtime}._rt"  # the twinned argument's
+        params, args, runtime = self.signature(w, fn, ctx, rt)
+        result = w.result(fn.returns, ctx)
+        x = suffix(params)
+        lines = self.head(fn.name, params, result.annotation, fn, ctx, level)
+        is_async = isinstance(fn, ast.AsyncFunctionDef) and not ix.is_async_generator(fn)
+        if runtime is None:
+            if result.kind != "twin" or result.optional:
+                raise GenError(
+                    f"{ctx.path}: {fn.name}() takes no twinned argument, so it must return a "
+                    "twinned object (a new client that owns its runtime)"
+                )
+            w.need("etcd_recipes.sync._runtime", "Runtime")
+            factory = "Runtime.create_awaiting" if is_async else "Runtime.create"
+            lines += call(factory, [target, *args], level + 1, f"runtime{x}, value{x} = ")
+            lines.append(
+                f"{ind(level + 1)}result{x}: {result.annotation} = runtime{x}.twin(value{x}, None)"
+            )
+            return [*lines, f"{ind(level + 1)}return result{x}"]
+        func = f"{runtime}._rt.{'call' if is_async else 'call_sync'}"
+        return lines + self.forward(w, result, func, [target, *args], runtime, level + 1, x)
+
+    def forward(
+        self,
+        w: Writer,
+        result: Conversion,
+        func: str,
+        args: list[str],
+        owner: str,
+        level: int,
+        x: str,
+    ) -> list[str]:
+        """Body lines calling ``func(*args)``; twinned results are wrapped by ``owner._twin``."""
+        if result.kind == "none":
+            return call(func, args, level)
+        if result.kind == "plain":
+            return call(func, args, level, "return ")
+        lines = call(func, args, level, f"value{x} = ")
+        wrapped = f"{owner}._twin(value{x})"
+        if result.kind != "twin":
+            helper = w.need(TWIN, "SyncContextManager" if result.kind == "cm" else "SyncIterator")
+            convert = f", {owner}._twin" if result.element_twinned else ""
+            wrapped = f"{helper}({owner}._rt, value{x}{convert})"
+        return [
+            *lines,
+            f"{ind(level)}result{x}: {result.annotation} = {wrapped}",
+            f"{ind(level)}return result{x}",
+        ]
+
+    # ---------------------------------------------------------------- classes
+
+    def class_text(self, w: Writer, plan: ClassPlan) -> list[str]:
+        ctx = plan.ctx
+        bases = [w.need(self.plan.twins[c], c[1]) for c in plan.twinned_bases]
+        bases = bases or [w.need(TWIN, "SyncTwin")]
+        params = ", ".join(w.text(p, ctx) for p in plan.type_params)
+        if params:
+            bases.append(f"{w.need('typing', 'Generic')}[{params}]")
+        lines = [f"class {plan.name}({', '.join(bases)}, twin_of=_async.{plan.name}):"]
+        lines += self.doc(ix.doc_segment(plan.node.body, ctx), 1)
+        lines.append(f"{ind(1)}_a: _async.{plan.name}{f'[{params}]' if params else ''}")
+        if plan.init is not None:
+            lines += self.init_text(w, plan)
+        has_next = any(m.name == "__anext__" for m in plan.members)
+        for member in plan.members:
+            lines += self.member_text(w, plan, member, has_next)
+        return lines
+
+    def init_text(self, w: Writer, plan: ClassPlan) -> list[str]:
+        """A constructor for classes built on a twinned object (recipes take ``client``)."""
+        assert plan.init is not None
+        fn, ctx, overloads = plan.init
+        runtime = self.runtime_param(w, fn, ctx)
+        if runtime is None:
+            return []  # created by factories only (SyncTwin.__init__ explains that)
+        params, args, _ = self.signature(w, fn, ctx, f"{runtime}._rt")
+        lines = self.overload_stubs(w, overloads, "__init__", ctx)
+        lines += self.head("__init__", params, "None", fn, ctx, 1)
+        x = suffix(params)
+        lines += call(f"{runtime}._rt.call_sync", [f"_async.{plan.name}", *args], 2, f"value{x} = ")
+        return [*lines, f"{ind(2)}self._bind({runtime}._rt, value{x}, {runtime}._owner())"]
+
+    def overload_stubs(
+        self, w: Writer, overloads: list[Func], name: str, ctx: Module, *, cm: bool = False
+    ) -> list[str]:
+        lines: list[str] = []
+        for fn in overloads:
+            params, _, _ = self.signature(w, fn, ctx, "self._rt")
+            returns = "None" if name == "__init__" else w.result(fn.returns, ctx, cm=cm).annotation
+            lines.append(f"{ind(1)}@{w.need('typing', 'overload')}")
+            lines += define(name, params, returns, 1)
+            lines[-1] += " ..."
+        return lines
+
+    def member_text(self, w: Writer, plan: ClassPlan, m: Member, has_next: bool) -> list[str]:
+        ctx = m.ctx
+        if m.kind in ("property", "attribute"):
+            return self.property_text(w, m)
+        if m.kind == "classattr":
+            ann = f": {w.text(m.annotation, ctx)}" if m.annotation is not None else ""
+            return [f"{ind(1)}{m.name}{ann} = _async.{plan.name}.{m.name}"]
+        fn = m.node
+        assert isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+        decs = [d for d in ix.decorators(fn) if d not in ("abstractmethod", "abc.abstractmethod")]
+        acm = any(d.endswith("asynccontextmanager") for d in decs)
+        decs = [d for d in decs if not d.endswith("asynccontextmanager")]
+        static = decs in (["staticmethod"], ["classmethod"])
+        if decs and not static:
+            raise GenError(f"{ctx.path}: cannot twin {plan.name}.{m.name} decorated with {decs}")
+        if static:
+            target = f"_async.{plan.name}.{m.name}"
+            return [f"{ind(1)}@{decs[0]}", *self.function_text(w, fn, ctx, target, 1)]
+        name = self.usage.rename(m.name)
+        params, args, _ = self.signature(w, fn, ctx, "self._rt")
+        if m.name == "__aiter__" and has_next and ix.returns_self(fn):
+            return [
+                *define(name, params, w.result(fn.returns, ctx).annotation, 1),
+                f"{ind(2)}return self",
+            ]
+        result = w.result(fn.returns, ctx, cm=acm)
+        lines = self.overload_stubs(w, m.overloads, name, ctx, cm=acm)
+        lines += self.head(name, params, result.annotation, fn, ctx, 1)
+        x = suffix(params)
+        if m.name == "__aenter__":
+            if result.kind not in ("twin", "plain") or result.annotation is None:
+                raise GenError(f"cannot twin __aenter__ returning {result.annotation}")
+            value = f"self._twin(value{x})" if result.kind == "twin" else f"value{x}"
+            enter = f"value{x} = self._rt.enter(self, self._a)"
+            body = ["try:", f"    {enter}", "except BaseException:", "    self._release()"]
+            body += ["    raise", f"result{x}: {result.annotation} = {value}", f"return result{x}"]
+            return lines + [ind(2) + line for line in body]
+        if m.name in ("__aexit__", "aclose"):
+            done = f"self._rt.exit({', '.join(['self', *args])})"
+            if m.name == "aclose":
+                done = f"self._rt.call_closing({', '.join(['self._a.aclose', *args])})"
+            body = [done] if result.kind == "none" else [f"result{x}: {result.annotation} = {done}"]
+            body += [] if result.kind == "none" else [f"return result{x}"]
+            body = ["try:", *(f"    {b}" for b in body), "finally:", "    self._release()"]
+            return lines + [ind(2) + line for line in body]
+        if m.name == "__anext__":
+            anext = ["self._a.__anext__"]
+            return lines + self.forward(w, result, "self._rt.next", anext, "self", 2, "")
+        is_async = isinstance(fn, ast.AsyncFunctionDef) and not ix.is_async_generator(fn)
+        if is_async and result.kind in ("iter", "cm"):
+            raise GenError(f"{ctx.path}: async {m.name} returning {result.annotation}")
+        method = "self._rt.call" if is_async else "self._rt.call_sync"
+        return lines + self.forward(w, result, method, [f"self._a.{m.name}", *args], "self", 2, x)
+
+    def property_text(self, w: Writer, m: Member) -> list[str]:
+        ctx = m.ctx
+        if m.kind == "property":
+            fn = m.node
+            assert isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if isinstance(fn, ast.AsyncFunctionDef):
+                raise GenError(f"{ctx.path}: async property {m.name}")
+            ann, doc = fn.returns, ix.doc_segment(fn.body, ctx)
+        else:
+            ann, doc = m.annotation, m.doc
+        result = w.result(ann, m.ann_ctx or ctx)
+        if result.kind in ("iter", "cm", "none"):
+            raise GenError(f"{ctx.path}: cannot twin the property {m.name}: {result.annotation}")
+        lines = [
+            f"{ind(1)}@property",
+            *define(m.name, ["self"], result.annotation, 1),
+            *self.doc(doc, 2),
+        ]
+        read = f"lambda: self._a.{m.name}"
+        return lines + self.forward(w, result, "self._rt.call_sync", [read], "self", 2, "")
+
+
+def imports(names: dict[str, set[str]], level: int) -> list[str]:
+    """``from m import a, b`` lines (ruff's isort rule orders and groups them afterwards)."""
+    return [f"{ind(level)}from {m} import {', '.join(sorted(n))}" for m, n in sorted(names.items())]

@@ -1,0 +1,343 @@
+"""Deciding what is twinned (from the export list) and what each twinned class contains."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import index as ix
+from .index import ABC, Canon, Func, GenError, Index, Module
+from .rules import PACKAGE, SPECIAL, Usage
+
+ASYNC_TYPES = {"AsyncIterator", "AsyncIterable", "AsyncGenerator", "AsyncContextManager"}
+ASYNC_TYPES |= {"AbstractAsyncContextManager", "Awaitable", "Coroutine"}
+
+
+@dataclass
+class Member:
+    """A public member of a twinned class, with the module its annotations belong to."""
+
+    name: str
+    node: ast.stmt
+    ctx: Module
+    kind: str  # method | property | attribute | classattr
+    doc: str | None = None
+    annotation: ast.expr | None = None
+    overloads: list[Func] = field(default_factory=list)
+    ann_ctx: Module | None = None  # where ``annotation`` was written (inferred types)
+
+
+@dataclass
+class ClassPlan:
+    name: str
+    node: ast.ClassDef
+    ctx: Module
+    twinned_bases: list[Canon]
+    type_params: list[ast.expr]
+    init: tuple[ast.FunctionDef, Module, list[Func]] | None
+    members: list[Member]
+
+
+class Plan:
+    """The twinned classes and functions (by defining module) and the shared names."""
+
+    def __init__(self, root: Path, usage: Usage) -> None:
+        self.index = Index(root)
+        self.usage = usage
+        self.exports: dict[str, Canon] = {}  # public name -> where it is defined
+        for module, names in self.index.exports():
+            for name in names:
+                canon = self.index.resolve(module, name)
+                if canon[1] != name:
+                    raise GenError(f"{module}: {name!r} is an alias of {canon}; export the name")
+                self.exports[name] = canon
+        self.twins: dict[Canon, str] = {}  # async class -> its sync module
+        self.functions: set[Canon] = set()
+        candidates = list(self.exports.values())
+        changed = True
+        while changed:  # names used by twinned signatures are twinned too, until stable
+            changed = False
+            for canon in candidates:
+                if canon in self.twins or canon in self.functions:
+                    continue
+                found = self.index.definition(canon)
+                node = found[1] if found else None
+                if isinstance(node, ast.ClassDef) and self.has_async_api(canon):
+                    self.twins[canon] = out_name(canon[0])
+                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                    isinstance(node, ast.AsyncFunctionDef)
+                    or self.mentions_async(node.returns, found[0] if found else None)
+                ):
+                    self.functions.add(canon)
+                else:
+                    continue
+                changed = True
+                candidates += self.referenced(canon)
+
+    # ---------------------------------------------------------------- classification
+
+    def referenced(self, canon: Canon) -> list[Canon]:
+        """Public package classes named by the public signatures of a class (and of its
+        private bases) or of a function: candidates for implicit twins."""
+        found = self.index.definition(canon)
+        if found is None:
+            return []
+        mod, node = found
+        anns: list[ast.expr | None] = []
+        if isinstance(node, ast.ClassDef):
+            for stmt in node.body:
+                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                    stmt.name in SPECIAL - {"__init__"} or not stmt.name.startswith("_")
+                ):
+                    a = stmt.args
+                    anns += [x.annotation for x in [*a.args, *a.kwonlyargs]]
+                    anns.append(stmt.returns)
+            out: list[Canon] = []
+            for base in node.bases:
+                target = base.value if isinstance(base, ast.Subscript) else base
+                base_canon = self.index.canon_of(target, mod)
+                if base_canon is not None and base_canon[1].startswith("_"):
+                    out += self.referenced(base_canon)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            anns += [x.annotation for x in [*node.args.args, *node.args.kwonlyargs]]
+            anns.append(node.returns)
+            out = []
+        for ann in anns:
+            for name in ast.walk(ann) if ann is not None else ():
+                ref = self.index.canon_of(name, mod) if isinstance(name, ast.expr) else None
+                if ref and ref[0].startswith(PACKAGE + ".") and ref[1][:1].isupper():
+                    out.append(ref)
+        return out
+
+    def is_twin(self, canon: Canon | None) -> bool:
+        """Whether ``canon`` is a twinned class, or a TypeVar bound to one."""
+        return canon is not None and (canon in self.twins or self.twin_bound(canon) is not None)
+
+    def typevar(self, canon: Canon) -> ast.Call | None:
+        """The ``TypeVar(...)`` call that defines ``canon``, if it is a TypeVar."""
+        found = self.index.definition(canon)
+        if found is None or not isinstance(found[1], ast.Assign):
+            return None
+        call = found[1].value
+        if isinstance(call, ast.Call) and self.index.canon_of(call.func, found[0]) in (
+            ("typing", "TypeVar"),
+            ("typing_extensions", "TypeVar"),
+        ):
+            return call
+        return None
+
+    def twin_bound(self, canon: Canon) -> Canon | None:
+        """For ``R = TypeVar("R", bound="Recipe")`` with a twinned bound: that bound."""
+        call = self.typevar(canon)
+        mod = self.index.module(canon[0])
+        for kw in call.keywords if call is not None and mod is not None else ():
+            if kw.arg == "bound" and mod is not None:
+                target = self.index.canon_of(kw.value, mod)
+                if target in self.twins:
+                    return target
+        return None
+
+    def has_async_api(self, canon: Canon) -> bool:
+        """Whether ``canon`` is a package class with public async methods, ``async with`` /
+        ``async for`` or methods returning async iterators/context managers (itself or
+        through its package bases): such a class is twinned, never handed out as is."""
+        if canon in self.twins:
+            return True
+        found = self.index.definition(canon)
+        if found is None or not isinstance(found[1], ast.ClassDef):
+            return False
+        mod, node = found[0], found[1]
+        for stmt in node.body:
+            if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if stmt.name.startswith("_") and stmt.name not in SPECIAL:
+                continue
+            if isinstance(stmt, ast.AsyncFunctionDef) or self.async_type(stmt.returns, mod):
+                return True
+        for base in node.bases:
+            target = base.value if isinstance(base, ast.Subscript) else base
+            base_canon = self.index.canon_of(target, mod)
+            if (
+                base_canon is not None
+                and base_canon[0].startswith(PACKAGE + ".")
+                and base_canon != canon
+                and self.has_async_api(base_canon)
+            ):
+                return True
+        return False
+
+    def async_type(self, node: ast.expr | None, ctx: Module) -> bool:
+        """Whether ``node`` names an async iterator/context manager/awaitable type."""
+        for sub in ast.walk(node) if node is not None else ():
+            canon = self.index.canon_of(sub, ctx) if isinstance(sub, ast.expr) else None
+            if canon is not None and canon[0] in (*ABC, "contextlib") and canon[1] in ASYNC_TYPES:
+                return True
+        return False
+
+    def mentions_async(self, node: ast.expr | None, ctx: Module | None) -> str | None:
+        """A twinned or async type anywhere inside ``node`` (which plain passing would leak)."""
+        for sub in ast.walk(node) if node is not None and ctx is not None else ():
+            if not isinstance(sub, (ast.Name, ast.Constant, ast.Attribute)) or ctx is None:
+                continue
+            canon = self.index.canon_of(sub, ctx)
+            if canon is None:
+                continue
+            if canon in self.twins or self.twin_bound(canon) is not None:
+                return canon[1]
+            if canon[0].startswith(PACKAGE + ".") and self.has_async_api(canon):
+                return canon[1]
+            if canon[0] in (*ABC, "contextlib") and canon[1] in ASYNC_TYPES:
+                return canon[1]
+        return None
+
+    # ---------------------------------------------------------------- what goes where
+
+    def modules(self) -> dict[str, list[str]]:
+        """Source module -> its twinned names, in source order (bases before subclasses)."""
+        by_module: dict[str, list[Canon]] = {}
+        for canon in [*self.twins, *self.functions]:
+            by_module.setdefault(canon[0], []).append(canon)
+        out: dict[str, list[str]] = {}
+        for module in sorted(by_module):
+            mod = self.index.module(module)
+            assert mod is not None
+            canons = sorted(by_module[module], key=lambda c: mod.defs[c[1]].lineno)
+            out[module] = [c[1] for c in canons]
+        return out
+
+    # ---------------------------------------------------------------- class analysis
+
+    def plan(self, mod: Module, node: ast.ClassDef) -> ClassPlan:
+        """The members of a twinned class: its own, then those of its private bases (flattened);
+        the nearest twinned classes among its ancestors become the twin's bases."""
+        twinned_bases: list[Canon] = []
+        type_params: list[ast.expr] = []
+        members: dict[str, Member] = {}
+        inits: list[tuple[ast.FunctionDef, Module, list[Func]]] = []
+
+        def collect(cls: ast.ClassDef, ctx: Module, own: bool, twinned: bool) -> None:
+            attrs: list[Member] = []
+            pending: dict[str, list[Func]] = {}
+            for stmt in cls.body:
+                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    decs = ix.decorators(stmt)
+                    if "overload" in decs or "typing.overload" in decs:
+                        pending.setdefault(stmt.name, []).append(stmt)
+                        continue
+                    overloads = pending.pop(stmt.name, [])
+                    if stmt.name == "__init__" and isinstance(stmt, ast.FunctionDef):
+                        inits.append((stmt, ctx, overloads))
+                        if not twinned:
+                            attrs.extend(self.attributes(stmt, ctx))
+                        continue
+                    if twinned or stmt.name in members:
+                        continue
+                    if stmt.name.startswith("_") and stmt.name not in SPECIAL:
+                        continue
+                    if any(d.endswith((".setter", ".deleter")) for d in decs):
+                        raise GenError(f"{ctx.path}: property setters are not supported yet")
+                    kind = "property" if "property" in decs else "method"
+                    members[stmt.name] = Member(stmt.name, stmt, ctx, kind, overloads=overloads)
+                elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and not twinned:
+                    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                    ann = stmt.annotation if isinstance(stmt, ast.AnnAssign) else None
+                    for t in targets:
+                        if not isinstance(t, ast.Name) or t.id.startswith("_"):
+                            continue
+                        if t.id not in members and stmt.value is not None:
+                            members[t.id] = Member(t.id, stmt, ctx, "classattr", None, ann)
+            for attr in attrs:
+                members.setdefault(attr.name, attr)
+            for base in cls.bases:
+                target = base.value if isinstance(base, ast.Subscript) else base
+                canon = self.index.canon_of(target, ctx)
+                if canon is None or not isinstance(target, (ast.Name, ast.Attribute)):
+                    raise GenError(f"{ctx.path}: unsupported base class {ast.unparse(base)!r}")
+                is_twin = canon in self.twins
+                if own and isinstance(base, ast.Subscript) and not is_twin:
+                    known = {ast.dump(p) for p in type_params}
+                    for p in ix.slice_items(base):
+                        tv = self.index.canon_of(p, ctx)
+                        if ast.dump(p) not in known and tv and self.typevar(tv) is not None:
+                            type_params.append(p)
+                if canon[0] in ABC and canon[1] in ("Generic", "Protocol"):
+                    continue
+                if is_twin and not twinned and canon not in twinned_bases:
+                    if isinstance(base, ast.Subscript):
+                        raise GenError(f"{ctx.path}: generic twinned bases are not supported yet")
+                    twinned_bases.append(canon)
+                found = self.index.definition(canon)
+                if found is not None and isinstance(found[1], ast.ClassDef):
+                    # Members of twinned bases are inherited; only their __init__ matters.
+                    collect(found[1], found[0], False, twinned or is_twin)
+
+        collect(node, mod, True, False)
+        if "aclose" in members and "close" in members:
+            raise GenError(f"{mod.path}: {node.name} has both close() and aclose()")
+        init = inits[0] if inits else None
+        return ClassPlan(
+            node.name, node, mod, twinned_bases, type_params, init, list(members.values())
+        )
+
+    def attributes(self, init: ast.FunctionDef, ctx: Module) -> list[Member]:
+        """Public ``self.x = ...`` assignments of an ``__init__``, with their types."""
+        args = init.args.args + init.args.kwonlyargs
+        params = {a.arg: a.annotation for a in args if a.annotation}
+        out: list[Member] = []
+        for i, stmt in enumerate(init.body):
+            target: ast.expr | None = None
+            ann: ast.expr | None = None
+            if isinstance(stmt, ast.AnnAssign):
+                target, ann = stmt.target, stmt.annotation
+            elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+                target = stmt.targets[0]
+            if not (
+                isinstance(target, ast.Attribute)
+                and isinstance(target.value, ast.Name)
+                and target.value.id == "self"
+                and not target.attr.startswith("_")
+            ):
+                continue
+            ann_ctx = ctx
+            if ann is None:
+                assert isinstance(stmt, ast.Assign)
+                ann, ann_ctx = self.infer(stmt.value, params, ctx, target.attr)
+            doc = ix.doc_segment(init.body[i + 1 : i + 2], ctx)
+            head = ann.value if isinstance(ann, ast.Subscript) else ann
+            if self.usage.opaque(self.index.canon_of(head, ann_ctx)):
+                continue
+            out.append(Member(target.attr, stmt, ctx, "attribute", doc, ann, ann_ctx=ann_ctx))
+        return out
+
+    def infer(
+        self, value: ast.expr, params: dict[str, ast.expr], ctx: Module, attr: str
+    ) -> tuple[ast.expr, Module]:
+        """The type of an unannotated ``self.attr = value`` (and where that type is written)."""
+        if isinstance(value, ast.Name) and value.id in params:
+            return params[value.id], ctx
+        if isinstance(value, ast.Constant) and type(value.value) in (int, float, str, bytes, bool):
+            return ast.Name(type(value.value).__name__), ctx
+        if isinstance(value, ast.BoolOp) and isinstance(value.op, ast.Or):
+            return self.infer(value.values[-1], params, ctx, attr)  # ``given or default()``
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+            found = self.index.definition(self.index.resolve(ctx.name, value.func.id))
+            if found and isinstance(found[1], ast.FunctionDef) and found[1].returns is not None:
+                return found[1].returns, found[0]
+            if found and isinstance(found[1], ast.ClassDef):  # an instance of that class
+                return ast.Name(found[1].name), found[0]
+        raise GenError(
+            f"{ctx.path}:{value.lineno}: cannot infer the type of self.{attr}; annotate it "
+            f"(self.{attr}: T = ...) in the async source"
+        )
+
+
+def out_name(module: str) -> str:
+    """``etcd_recipes.locks.mutex`` -> ``etcd_recipes.sync.locks.mutex``."""
+    return f"{PACKAGE}.sync.{module.removeprefix(PACKAGE + '.')}"
+
+
+def out_path(module: str, is_package: bool) -> str:
+    """The generated file for ``module``, relative to the output directory."""
+    rel = module.removeprefix(PACKAGE + ".").replace(".", "/")
+    return f"{rel}/__init__.py" if is_package else f"{rel}.py"
