@@ -93,14 +93,12 @@ class DistributedBarrierWithCount(Recipe):
 
     Example::
 
-        import asyncio
         from etcd_recipes import DistributedBarrierWithCount
 
-        async def member() -> bool:  # one of the 3 members (usually: one per process)
-            barrier = DistributedBarrierWithCount(client, f"{prefix}/start", member_count=3)
-            return await barrier.wait_on_barrier(timeout=30)
-
-        print(await asyncio.gather(member(), member(), member()))  # [True, True, True]
+        # Every member (usually one per process) runs this with the same path and member_count;
+        # a count of 1 keeps the example to one process.
+        barrier = DistributedBarrierWithCount(client, f"{prefix}/start", member_count=1)
+        print(await barrier.wait_on_barrier(timeout=30))  # True: every member has arrived
 
     ``start()`` is optional. Each call of :meth:`wait_on_barrier` is one arrival.
 

@@ -35,16 +35,14 @@ class DistributedDoubleBarrier(Recipe):
 
     Example::
 
-        import asyncio
         from etcd_recipes import DistributedDoubleBarrier
 
-        async def member(name: str) -> None:  # one of the 2 members (usually: one per process)
-            async with DistributedDoubleBarrier(client, f"{prefix}/phase-1", 2) as barrier:
-                assert await barrier.enter(timeout=10)
-                print(name, "works")  # both members work at the same time
-                assert await barrier.leave(timeout=10)
-
-        await asyncio.gather(member("a"), member("b"))
+        # Every member (usually one per process) runs this with the same path and member count;
+        # a count of 1 keeps the example to one process.
+        async with DistributedDoubleBarrier(client, f"{prefix}/phase-1", 1) as barrier:
+            assert await barrier.enter(timeout=10)
+            print("working")  # every member works at the same time
+            assert await barrier.leave(timeout=10)
 
     Built on two :class:`DistributedBarrierWithCount` at ``<path>/enter`` and
     ``<path>/leave`` (the reference's layout), with this recipe's client id and TTL.

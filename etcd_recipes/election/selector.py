@@ -126,15 +126,14 @@ class LeaderSelector(_Candidate):
 
         Example::
 
-            import anyio
             from etcd_recipes import LeaderSelector, LeadershipTerm
 
             async def take_leadership(term: LeadershipTerm) -> None:
                 print("leading with token", term.fencing_token)
 
             async with LeaderSelector(client, f"{prefix}/election", take_leadership) as selector:
-                with anyio.move_on_after(30):  # give up campaigning after 30 s
-                    await selector.run()
+                term = await selector.run()  # campaign, lead while take_leadership runs, withdraw
+                print(term is not None)  # True
         """
         self._check_open()
         if self.is_active:

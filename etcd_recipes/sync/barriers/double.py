@@ -21,16 +21,14 @@ class DistributedDoubleBarrier(Recipe, twin_of=_async.DistributedDoubleBarrier):
 
     Example::
 
-        import asyncio
         from etcd_recipes.sync import DistributedDoubleBarrier
 
-        def member(name: str) -> None:  # one of the 2 members (usually: one per process)
-            with DistributedDoubleBarrier(client, f"{prefix}/phase-1", 2) as barrier:
-                assert barrier.enter(timeout=10)
-                print(name, "works")  # both members work at the same time
-                assert barrier.leave(timeout=10)
-
-        asyncio.gather(member("a"), member("b"))
+        # Every member (usually one per process) runs this with the same path and member count;
+        # a count of 1 keeps the example to one process.
+        with DistributedDoubleBarrier(client, f"{prefix}/phase-1", 1) as barrier:
+            assert barrier.enter(timeout=10)
+            print("working")  # every member works at the same time
+            assert barrier.leave(timeout=10)
 
     Built on two :class:`DistributedBarrierWithCount` at ``<path>/enter`` and
     ``<path>/leave`` (the reference's layout), with this recipe's client id and TTL.

@@ -104,15 +104,14 @@ class LeaderSelector(Recipe, twin_of=_async.LeaderSelector):
 
         Example::
 
-            import anyio
             from etcd_recipes.sync import LeaderSelector, LeadershipTerm
 
             def take_leadership(term: LeadershipTerm) -> None:
                 print("leading with token", term.fencing_token)
 
             with LeaderSelector(client, f"{prefix}/election", take_leadership) as selector:
-                with anyio.move_on_after(30):  # give up campaigning after 30 s
-                    selector.run()
+                term = selector.run()  # campaign, lead while take_leadership runs, withdraw
+                print(term is not None)  # True
         """
         return self._rt.call(self._a.run)
 
