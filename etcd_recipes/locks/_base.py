@@ -111,9 +111,9 @@ class _LockBase(ABC):
     async def acquire(self, timeout: float | None = None) -> bool:
         """Acquire the lock; False if ``timeout`` seconds pass first (nothing is left queued).
 
-        Reentrant per task: if the calling task holds it already, ``hold_count`` grows and this
-        returns True at once. Cancellation is safe: the waiter key is deleted (and the lease
-        revoked when unused) before the cancellation propagates.
+        Cancellation is safe: the waiter key is deleted (and the lease revoked when unused)
+        before the cancellation propagates.
+        Reentrant per task: a task that holds it already gets True at once (``hold_count`` grows).
 
         Example::
 

@@ -33,8 +33,9 @@ class DistributedMutex(_Queued, Recipe):
     the JVM library on the same path.
 
     ``async with mutex:`` acquires the lock for the body (this is the lock's context, not the
-    recipe's lifecycle: close the instance with ``aclose()``). Holds are per asyncio task and
-    reentrant; the instance keeps one acquisition lease across holds.
+    recipe's lifecycle: close the instance with ``aclose()``). The instance keeps one
+    acquisition lease across holds.
+    Holds are per asyncio task and reentrant (counted by ``hold_count``).
 
     Example::
 

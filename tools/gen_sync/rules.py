@@ -44,9 +44,26 @@ DOC_REWRITES: list[tuple[str, str]] = [
     ("``aclose()``", "``close()``"),
     ("from etcd_recipes import", "from etcd_recipes.sync import"),
     ("aclosing(", "closing("),
-    # the caller: a facade call runs for the calling thread, not for an asyncio task
-    ("per asyncio task", "per thread"),
-    ("Reentrant per task", "Reentrant per thread"),
+    # the caller: every blocking call runs in an event-loop task of its own, so what the async
+    # API gives "the calling task" belongs to the instance here (not to the calling thread)
+    (
+        "Holds are per asyncio task and reentrant (counted by ``hold_count``).",
+        "Holds belong to the instance and are **not reentrant** here: each blocking call runs\n"
+        "    in a task of its own, so a thread that holds the lock and takes it again waits for"
+        " itself.",
+    ),
+    (
+        "Reentrant per task: a task that holds it already gets True at once"
+        " (``hold_count`` grows).",
+        "Not reentrant: a thread that holds it already waits for itself (until ``timeout``).",
+    ),
+    (
+        "Release one hold count of the calling task's hold (or of a finished task's).",
+        "Release one hold count of this instance's latest hold (any thread may).",
+    ),
+    ("Whether the calling task holds the lock", "Whether this instance holds the lock"),
+    ("The calling task's reentrant hold count", "This instance's hold count"),
+    ("The calling task's hold; if it has none, the only hold", "The only hold"),
     ("the calling task", "the calling thread"),
 ]
 """``(old, new)`` text replacements applied, in order, to every twinned docstring.

@@ -29,8 +29,10 @@ class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
     the JVM library on the same path.
 
     ``with mutex:`` acquires the lock for the body (this is the lock's context, not the
-    recipe's lifecycle: close the instance with ``close()``). Holds are per thread and
-    reentrant; the instance keeps one acquisition lease across holds.
+    recipe's lifecycle: close the instance with ``close()``). The instance keeps one
+    acquisition lease across holds.
+    Holds belong to the instance and are **not reentrant** here: each blocking call runs
+    in a task of its own, so a thread that holds the lock and takes it again waits for itself.
 
     Example::
 
@@ -96,9 +98,9 @@ class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
     def acquire(self, timeout: float | None = None) -> bool:
         """Acquire the lock; False if ``timeout`` seconds pass first (nothing is left queued).
 
-        Reentrant per thread: if the calling thread holds it already, ``hold_count`` grows and this
-        returns True at once. Cancellation is safe: the waiter key is deleted (and the lease
-        revoked when unused) before the cancellation propagates.
+        Cancellation is safe: the waiter key is deleted (and the lease revoked when unused)
+        before the cancellation propagates.
+        Not reentrant: a thread that holds it already waits for itself (until ``timeout``).
 
         Example::
 
@@ -115,7 +117,7 @@ class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
         return self._rt.call(self._a.acquire, timeout)
 
     def release(self) -> bool:
-        """Release one hold count of the calling thread's hold (or of a finished task's).
+        """Release one hold count of this instance's latest hold (any thread may).
 
         Returns True if the lock was held until now, False if it had been lost (or released by
         ``close()``). Raises :class:`LockNotHeldError` if there is nothing to release.
@@ -155,7 +157,7 @@ class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
 
     @property
     def is_held(self) -> bool:
-        """Whether the calling thread holds the lock (and the hold is not lost).
+        """Whether this instance holds the lock (and the hold is not lost).
 
         From outside any task (the blocking facade) it tells whether the instance holds it.
         """
@@ -163,12 +165,12 @@ class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
 
     @property
     def hold_count(self) -> int:
-        """The calling task's reentrant hold count (0 when not held)."""
+        """This instance's hold count (0 when not held)."""
         return self._rt.call_sync(lambda: self._a.hold_count)
 
     @property
     def hold(self) -> LockHold | None:
-        """The calling task's hold; if it has none, the only hold of this lock (so the
+        """The only hold of this lock (so the
         blocking facade, where every call runs in its own task, sees it); else ``None``."""
         value = self._rt.call_sync(lambda: self._a.hold)
         result: LockHold | None = self._twin(value)

@@ -78,9 +78,9 @@ class ReadWriteLockView(SyncTwin, twin_of=_async.ReadWriteLockView):
     def acquire(self, timeout: float | None = None) -> bool:
         """Acquire the lock; False if ``timeout`` seconds pass first (nothing is left queued).
 
-        Reentrant per thread: if the calling thread holds it already, ``hold_count`` grows and this
-        returns True at once. Cancellation is safe: the waiter key is deleted (and the lease
-        revoked when unused) before the cancellation propagates.
+        Cancellation is safe: the waiter key is deleted (and the lease revoked when unused)
+        before the cancellation propagates.
+        Not reentrant: a thread that holds it already waits for itself (until ``timeout``).
 
         Example::
 
@@ -97,7 +97,7 @@ class ReadWriteLockView(SyncTwin, twin_of=_async.ReadWriteLockView):
         return self._rt.call(self._a.acquire, timeout)
 
     def release(self) -> bool:
-        """Release one hold count of the calling thread's hold (or of a finished task's).
+        """Release one hold count of this instance's latest hold (any thread may).
 
         Returns True if the lock was held until now, False if it had been lost (or released by
         ``close()``). Raises :class:`LockNotHeldError` if there is nothing to release.
@@ -137,7 +137,7 @@ class ReadWriteLockView(SyncTwin, twin_of=_async.ReadWriteLockView):
 
     @property
     def is_held(self) -> bool:
-        """Whether the calling thread holds the lock (and the hold is not lost).
+        """Whether this instance holds the lock (and the hold is not lost).
 
         From outside any task (the blocking facade) it tells whether the instance holds it.
         """
@@ -145,12 +145,12 @@ class ReadWriteLockView(SyncTwin, twin_of=_async.ReadWriteLockView):
 
     @property
     def hold_count(self) -> int:
-        """The calling task's reentrant hold count (0 when not held)."""
+        """This instance's hold count (0 when not held)."""
         return self._rt.call_sync(lambda: self._a.hold_count)
 
     @property
     def hold(self) -> LockHold | None:
-        """The calling task's hold; if it has none, the only hold of this lock (so the
+        """The only hold of this lock (so the
         blocking facade, where every call runs in its own task, sees it); else ``None``."""
         value = self._rt.call_sync(lambda: self._a.hold)
         result: LockHold | None = self._twin(value)
