@@ -28,16 +28,14 @@ from etcd_recipes.errors import (
     InvalidArgumentError,
     UsageError,
 )
-from etcd_recipes.testing.server import (
-    _PORT_ATTEMPTS,
-    EtcdServer,
+from etcd_recipes.testing._process import (
+    PORT_ATTEMPTS,
     EtcdStartupError,
-    _free_ports,
-    _MemberSpec,
-    _new_cluster_token,
-    _PortInUseError,
-    _wait_all_ready,
+    PortInUseError,
+    free_ports,
+    new_cluster_token,
 )
+from etcd_recipes.testing.server import EtcdServer, _MemberSpec, _wait_all_ready
 
 __all__ = ["EtcdCluster"]
 
@@ -123,9 +121,9 @@ class EtcdCluster:
             raise UsageError("this EtcdCluster was stopped; create a new one")
         if self._members:
             raise AlreadyStartedError(f"{self!r} is already started")
-        for attempt in range(1, _PORT_ATTEMPTS + 1):
-            ports = _free_ports(2 * self._size)
-            token = _new_cluster_token()
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            ports = free_ports(2 * self._size)
+            token = new_cluster_token()
             names = [f"n{i + 1}" for i in range(self._size)]
             initial = ",".join(
                 f"{name}=http://127.0.0.1:{ports[2 * i + 1]}" for i, name in enumerate(names)
@@ -150,10 +148,10 @@ class EtcdCluster:
                 _wait_all_ready(members, time.monotonic() + self._startup_timeout)
                 for member in members:
                     member._started_once = True
-            except _PortInUseError as exc:
+            except PortInUseError as exc:
                 self._stop_members()
                 self._members = []
-                if attempt == _PORT_ATTEMPTS:
+                if attempt == PORT_ATTEMPTS:
                     raise EtcdStartupError(str(exc)) from None
                 continue
             except BaseException:

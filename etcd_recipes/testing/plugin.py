@@ -38,9 +38,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from etcd_recipes.testing.cluster import EtcdCluster
-    from etcd_recipes.testing.proxy import TcpProxy
-    from etcd_recipes.testing.server import EtcdServer, ExternalEtcdServer
+    from etcd_recipes.testing import EtcdCluster, EtcdServer, ExternalEtcdServer, TcpProxy
 
 try:
     import pytest_asyncio
@@ -74,7 +72,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _external_server() -> ExternalEtcdServer | None:
-    from etcd_recipes.testing.server import ExternalEtcdServer
+    from etcd_recipes.testing import ExternalEtcdServer
 
     class _PytestExternalServer(ExternalEtcdServer):
         def _unsupported(self, what: str) -> None:
@@ -100,7 +98,7 @@ def etcd_server() -> Iterator[EtcdServer | ExternalEtcdServer]:
     if external is not None:
         yield external
         return
-    from etcd_recipes.testing.server import EtcdServer
+    from etcd_recipes.testing import EtcdServer
 
     with EtcdServer() as server:
         yield server
@@ -152,7 +150,7 @@ def fresh_etcd_server() -> Iterator[EtcdServer]:
         def test_restart(fresh_etcd_server):
             fresh_etcd_server.restart()
     """
-    from etcd_recipes.testing.server import EtcdServer
+    from etcd_recipes.testing import EtcdServer
 
     with EtcdServer() as server:
         yield server
@@ -168,7 +166,7 @@ def etcd_cluster() -> Iterator[EtcdCluster]:
             etcd_cluster.leader().kill()
             etcd_cluster.wait_for_leader()
     """
-    from etcd_recipes.testing.cluster import EtcdCluster
+    from etcd_recipes.testing import EtcdCluster
 
     with EtcdCluster(3) as cluster:
         yield cluster
@@ -188,7 +186,7 @@ def etcd_proxy(etcd_server: Any) -> Iterator[TcpProxy]:
                 etcd_proxy.cut()
                 await client.get("/k")
     """
-    from etcd_recipes.testing.proxy import TcpProxy
+    from etcd_recipes.testing import TcpProxy
 
     with TcpProxy.for_endpoint(etcd_server.endpoint) as proxy:
         yield proxy
