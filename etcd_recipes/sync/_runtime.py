@@ -6,7 +6,7 @@ them). Every blocking call submits a coroutine to that loop and waits:
 
 * ``KeyboardInterrupt`` (or any exception raised in the waiting thread) cancels the coroutine
   through an anyio cancel scope, so shielded cleanup runs to completion; the caller waits for
-  it (at most :data:`CLEANUP_TIMEOUT` seconds) and then re-raises;
+  it (at most :data:`FACADE_CLEANUP_WAIT` seconds) and then re-raises;
 * inside :func:`fail_after`, a call that passes the deadline is cancelled the same way and
   raises :class:`~etcd_recipes.errors.EtcdTimeoutError` once its cleanup is done;
 * calling from a thread with a running event loop (including the loop thread itself) raises
@@ -36,132 +36,47 @@ import logging
 import math
 import os
 import threading
-import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import anyio
 
+from .._core.waiting import CLEANUP_TIMEOUT
 from ..errors import ClientClosedError, EtcdTimeoutError, ForkedProcessError, UsageError
 from ._callbacks import Callbacks
+from ._calls import (
+    Call,
+    ContextRun,
+    current_deadline,
+    fail_after,
+    refuse_running_loop,
+    running_loop_here,
+    scope_deadline,
+)
 
 if TYPE_CHECKING:
     from ._twin import SyncTwin
 
-__all__ = ["CLEANUP_TIMEOUT", "Runtime", "fail_after"]
+__all__ = ["FACADE_CLEANUP_WAIT", "Runtime", "fail_after", "running_loop_here"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
-CLEANUP_TIMEOUT = 10.0
-"""Seconds a cancelled call may spend on its cleanup before the caller stops waiting."""
+FACADE_CLEANUP_WAIT = 2 * CLEANUP_TIMEOUT
+"""Seconds a blocking call waits for its cancelled coroutine's cleanup (10 s).
+
+The longest shielded cleanup the async side runs is a recipe's ``aclose()``, which
+``_core/recipe.py`` bounds at twice :data:`etcd_recipes._core.waiting.CLEANUP_TIMEOUT` (the
+bound of one cleanup step); waiting that long means the facade never walks away from a cleanup
+the loop is still running. Shutdown uses the same bound per phase.
+"""
 
 _POLL = 0.25  # the waiting thread wakes this often (Ctrl-C is seen on every platform)
 _ids = itertools.count(1)
-_state = threading.local()
 _runtimes: weakref.WeakSet[Runtime] = weakref.WeakSet()
 log = logging.getLogger("etcd_recipes.sync")
-
-
-@contextlib.contextmanager
-def fail_after(seconds: float) -> Iterator[None]:
-    """Bound every blocking facade call made by this thread inside the block.
-
-    A call still running at the deadline is cancelled, its cleanup runs to completion, and it
-    raises :class:`~etcd_recipes.errors.EtcdTimeoutError` (also a ``TimeoutError``). Code
-    between facade calls is not interrupted. Blocks nest; the earliest deadline wins.
-
-    Example::
-
-        with fail_after(2.0):
-            lease.wait_lost()  # EtcdTimeoutError after 2 s, with nothing left running
-    """
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
-        raise ValueError(f"fail_after() needs a number of seconds >= 0, not {seconds!r}")
-    stack = _deadlines()
-    stack.append(time.monotonic() + seconds)
-    try:
-        yield
-    finally:
-        stack.pop()
-
-
-def _deadlines() -> list[float]:
-    stack: list[float] | None = getattr(_state, "deadlines", None)
-    if stack is None:
-        stack = _state.deadlines = []
-    return stack
-
-
-def _current_deadline() -> float | None:
-    stack: list[float] | None = getattr(_state, "deadlines", None)
-    return min(stack) if stack else None
-
-
-class _Flag:
-    """A one-shot flag for one waiting thread: a pre-acquired lock released by :meth:`set`.
-
-    Cheaper than ``threading.Event`` (whose every ``wait`` allocates a lock for a condition).
-    """
-
-    __slots__ = ("_lock", "_set")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._lock.acquire()
-        self._set = False
-
-    def set(self) -> None:
-        if not self._set:
-            self._set = True
-            self._lock.release()
-
-    def is_set(self) -> bool:
-        return self._set
-
-    def wait(self, timeout: float | None = None) -> bool:
-        if self._set:
-            return True
-        if self._lock.acquire(timeout=-1 if timeout is None else timeout):
-            self._lock.release()
-            return True
-        return self._set
-
-
-class _Call:
-    """One submission to the loop; ``done`` is set after the coroutine (and its cleanup) ended."""
-
-    __slots__ = ("deadline", "done", "error", "reason", "result", "scope")
-
-    def __init__(self, deadline: float | None) -> None:
-        self.deadline = deadline
-        self.done = _Flag()
-        self.result: Any = None
-        self.error: BaseException | None = None
-        self.scope: anyio.CancelScope | None = None
-        self.reason = ""  # why it was cancelled from outside: "interrupt" or "shutdown"
-
-    def cancel(self, reason: str) -> None:  # on the loop thread
-        if not self.reason:
-            self.reason = reason
-        if self.scope is not None:
-            self.scope.cancel()
-
-
-class _ContextRun(_Call):
-    """A ``with`` block: ``__aenter__`` and ``__aexit__`` run in one task (cancel scopes and
-    task groups entered by ``__aenter__`` are exited by the same task)."""
-
-    __slots__ = ("entered", "exit_args", "exit_event", "obj")
-
-    def __init__(self, obj: Any, deadline: float | None) -> None:
-        super().__init__(deadline)
-        self.obj = obj
-        self.entered = threading.Event()
-        self.exit_event: asyncio.Event | None = None
-        self.exit_args: tuple[Any, Any, Any] = (None, None, None)
 
 
 class Runtime:
@@ -184,7 +99,7 @@ class Runtime:
         self._context: contextvars.Context | None = None
         self._stop_event: asyncio.Event | None = None
         self._loop_ident = 0
-        self._tasks: dict[asyncio.Task[None], _Call] = {}
+        self._tasks: dict[asyncio.Task[None], Call] = {}
         self.root: Any = None
         """The async object closed (``aclose()``) when the runtime stops: the client."""
         self._twins: weakref.WeakValueDictionary[int, SyncTwin] = weakref.WeakValueDictionary()
@@ -206,7 +121,7 @@ class Runtime:
 
             rt, async_client = Runtime.create(etcd_recipes.client.connect, "127.0.0.1:2379")
         """
-        _refuse_running_loop()
+        refuse_running_loop()
         rt = cls()
         try:
             return rt, rt.call_sync(fn, *args, **kwargs)
@@ -224,7 +139,7 @@ class Runtime:
 
             rt, async_client = Runtime.create_awaiting(open_client, "127.0.0.1:2379")
         """
-        _refuse_running_loop()
+        refuse_running_loop()
         rt = cls()
         try:
             return rt, rt.call(fn, *args, **kwargs)
@@ -266,12 +181,12 @@ class Runtime:
                 "a blocking etcd_recipes.sync call was made on the client's own event-loop "
                 "thread; it would deadlock"
             )
-        _refuse_running_loop()
+        refuse_running_loop()
 
     def _closed_error(self) -> ClientClosedError:
         return ClientClosedError("the sync client was closed")
 
-    def _submit(self, call: _Call, callback: Callable[[_Call], None]) -> None:
+    def _submit(self, call: Call, callback: Callable[[Call], None]) -> None:
         with self._lock:
             if self._state != "running":
                 raise self._closed_error()
@@ -288,7 +203,7 @@ class Runtime:
             kv = rt.call(async_client.get, "/k")
         """
         self._check_caller()
-        call = _Call(_current_deadline())
+        call = Call(current_deadline())
         self._submit(call, functools.partial(self._spawn, fn, args, kwargs))
         return self._wait(call)  # type: ignore[no-any-return]
 
@@ -304,7 +219,7 @@ class Runtime:
         self._check_caller()
         if self._state != "running":
             return None
-        call = _Call(None)
+        call = Call(None)
         try:
             self._submit(call, functools.partial(self._spawn, fn, args, kwargs))
         except ClientClosedError:
@@ -321,9 +236,9 @@ class Runtime:
         self._check_caller()
         if self._state != "running":
             return fn(*args, **kwargs)
-        call = _Call(None)
+        call = Call(None)
 
-        def run(c: _Call) -> None:
+        def run(c: Call) -> None:
             try:
                 c.result = fn(*args, **kwargs)
             except BaseException as exc:
@@ -349,9 +264,7 @@ class Runtime:
         except StopAsyncIteration:
             raise StopIteration from None
 
-    def _spawn(
-        self, fn: Callable[..., Awaitable[Any]], args: Any, kwargs: Any, call: _Call
-    ) -> None:
+    def _spawn(self, fn: Callable[..., Awaitable[Any]], args: Any, kwargs: Any, call: Call) -> None:
         assert self._loop is not None
         # Always under an anyio cancel scope: cancelling the task natively would pierce anyio
         # shields inside the call (e.g. anyio.to_thread waiting for a hook to return).
@@ -360,10 +273,10 @@ class Runtime:
         task.add_done_callback(self._tasks.pop)
 
     async def _execute(
-        self, call: _Call, fn: Callable[..., Awaitable[Any]], args: Any, kwargs: Any
+        self, call: Call, fn: Callable[..., Awaitable[Any]], args: Any, kwargs: Any
     ) -> None:
         try:
-            with anyio.CancelScope(deadline=_scope_deadline(call.deadline)) as scope:
+            with anyio.CancelScope(deadline=scope_deadline(call.deadline)) as scope:
                 call.scope = scope
                 if call.reason:
                     scope.cancel()
@@ -376,14 +289,14 @@ class Runtime:
             call.scope = None
             call.done.set()
 
-    def _cancel_error(self, call: _Call) -> BaseException | None:
+    def _cancel_error(self, call: Call) -> BaseException | None:
         if call.reason == "shutdown":
             return ClientClosedError("the sync client was closed while this call was waiting")
         if call.reason == "interrupt":
             return None  # the waiting thread re-raises its own exception
         return EtcdTimeoutError("the blocking call did not finish before its fail_after() deadline")
 
-    def _wait(self, call: _Call) -> Any:
+    def _wait(self, call: Call) -> Any:
         try:
             while not call.done.wait(_POLL):
                 pass
@@ -399,16 +312,16 @@ class Runtime:
                 del error
         return call.result
 
-    def _interrupt(self, call: _Call) -> None:
+    def _interrupt(self, call: Call) -> None:
         """Cancel ``call`` and wait (bounded) until its cleanup has finished."""
         loop = self._loop
         if loop is not None and not call.done.is_set():
             with contextlib.suppress(RuntimeError):  # the loop is already closed
                 loop.call_soon_threadsafe(call.cancel, "interrupt")
-        if not call.done.wait(CLEANUP_TIMEOUT):
+        if not call.done.wait(FACADE_CLEANUP_WAIT):
             log.warning(
                 "an interrupted etcd_recipes.sync call did not finish its cleanup within %ss",
-                CLEANUP_TIMEOUT,
+                FACADE_CLEANUP_WAIT,
             )
 
     # ------------------------------------------------------------------ with blocks
@@ -425,7 +338,7 @@ class Runtime:
             rt.exit(twin, None, None, None)
         """
         self._check_caller()
-        run = _ContextRun(cm, _current_deadline())
+        run = ContextRun(cm, current_deadline())
         self._submit(run, self._spawn_context)
         try:
             while not run.entered.wait(_POLL):
@@ -436,7 +349,7 @@ class Runtime:
         if run.done.is_set():  # __aenter__ failed (or was cancelled): no block to exit
             self._wait(run)
             raise self._closed_error()  # pragma: no cover - _wait raised already
-        stack: list[_ContextRun] = holder.__dict__.setdefault("_sync_context_runs", [])
+        stack: list[ContextRun] = holder.__dict__.setdefault("_sync_context_runs", [])
         stack.append(run)
         return run.result
 
@@ -454,7 +367,7 @@ class Runtime:
             rt.exit(twin, None, None, None)
         """
         self._check_caller()
-        stack: list[_ContextRun] = holder.__dict__.get("_sync_context_runs", [])
+        stack: list[ContextRun] = holder.__dict__.get("_sync_context_runs", [])
         if not stack:
             raise UsageError("__exit__ without a matching __enter__")
         run = stack.pop()
@@ -470,23 +383,23 @@ class Runtime:
                 return None  # the client was closed first; the block was cleaned up then
             raise
 
-    def _spawn_context(self, run: _Call) -> None:
-        assert isinstance(run, _ContextRun)
+    def _spawn_context(self, run: Call) -> None:
+        assert isinstance(run, ContextRun)
         assert self._loop is not None
         task = self._loop.create_task(self._run_context(run))
         self._tasks[task] = run
         task.add_done_callback(self._tasks.pop)
 
-    def _release_context(self, run: _ContextRun) -> None:
+    def _release_context(self, run: ContextRun) -> None:
         if run.exit_event is not None:
             run.exit_event.set()
 
-    async def _run_context(self, run: _ContextRun) -> None:
+    async def _run_context(self, run: ContextRun) -> None:
         cm = run.obj
         try:
             # Only this outer scope: a context manager that opens a cancel scope or task group
             # in __aenter__ must close it in __aexit__ with nothing of ours in between (LIFO).
-            with anyio.CancelScope(deadline=_scope_deadline(run.deadline)) as scope:
+            with anyio.CancelScope(deadline=scope_deadline(run.deadline)) as scope:
                 run.scope = scope
                 if run.reason:
                     scope.cancel()
@@ -506,7 +419,7 @@ class Runtime:
             run.entered.set()
 
     @staticmethod
-    async def _hold_open(run: _ContextRun, cm: Any, exit_event: asyncio.Event) -> None:
+    async def _hold_open(run: ContextRun, cm: Any, exit_event: asyncio.Event) -> None:
         """Wait until the sync block ends, then exit the way ``async with`` would."""
         try:
             await exit_event.wait()
@@ -603,7 +516,7 @@ class Runtime:
         current = threading.current_thread()
         if current is self._thread or self._callbacks.owns(current):
             return
-        self._thread.join(CLEANUP_TIMEOUT * 2 + 5)
+        self._thread.join(FACADE_CLEANUP_WAIT * 2 + 5)
         if self._thread.is_alive():  # pragma: no cover - a cleanup ignored its bound
             log.warning("the etcd-recipes event-loop thread did not stop in time")
 
@@ -615,7 +528,7 @@ class Runtime:
         finally:
             self._state = "stopped"
             self._ready.set()
-            self._callbacks.stop(CLEANUP_TIMEOUT)
+            self._callbacks.stop(FACADE_CLEANUP_WAIT)
 
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -636,48 +549,18 @@ class Runtime:
             pending = [
                 t
                 for t, c in self._tasks.items()
-                if first != (isinstance(c, _ContextRun) and c.obj is root and root is not None)
+                if first != (isinstance(c, ContextRun) and c.obj is root and root is not None)
             ]
             for task in pending:
                 self._tasks[task].cancel("shutdown")
             if pending:
-                await asyncio.wait(pending, timeout=CLEANUP_TIMEOUT)
+                await asyncio.wait(pending, timeout=FACADE_CLEANUP_WAIT)
         if root is not None and hasattr(root, "aclose"):
-            with anyio.move_on_after(CLEANUP_TIMEOUT):
+            with anyio.move_on_after(FACADE_CLEANUP_WAIT):
                 try:
                     await root.aclose()
                 except Exception:
                     log.debug("closing %r failed", root, exc_info=True)
-
-
-def running_loop_here() -> bool:
-    """Whether the calling thread runs an asyncio event loop right now.
-
-    Example::
-
-        if running_loop_here():
-            raise UsageError("use the async API here")
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
-def _refuse_running_loop() -> None:
-    if not running_loop_here():
-        return
-    raise UsageError(
-        "a blocking etcd_recipes.sync call was made from a running event loop, which it "
-        "would block; use the async API (etcd_recipes) there, or run the blocking code in "
-        "a worker thread (anyio.to_thread.run_sync / loop.run_in_executor)"
-    )
-
-
-def _scope_deadline(deadline: float | None) -> float:
-    # anyio's clock on asyncio is loop.time(), i.e. time.monotonic().
-    return math.inf if deadline is None else deadline
 
 
 def _after_fork_in_child() -> None:

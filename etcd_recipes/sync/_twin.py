@@ -19,7 +19,8 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from ._runtime import Runtime, running_loop_here
+from ._calls import running_loop_here
+from ._runtime import Runtime
 
 __all__ = ["SyncContextManager", "SyncIterator", "SyncTwin", "twin_class_for"]
 
