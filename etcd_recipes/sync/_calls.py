@@ -46,8 +46,14 @@ def fail_after(seconds: float) -> Iterator[None]:
 
     Example::
 
-        with fail_after(2.0):
-            lease.wait_lost()  # EtcdTimeoutError after 2 s, with nothing left running
+        from etcd_recipes.sync import EtcdTimeoutError, fail_after
+
+        with client.lease(5) as lease:
+            try:
+                with fail_after(0.2):
+                    lease.wait_lost()  # the lease stays alive: the deadline passes
+            except EtcdTimeoutError:
+                pass  # raised after 0.2 s, with nothing left running on the loop
     """
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
         raise ValueError(f"fail_after() needs a number of seconds >= 0, not {seconds!r}")
@@ -136,13 +142,7 @@ class ContextRun(Call):
 
 
 def running_loop_here() -> bool:
-    """Whether the calling thread runs an asyncio event loop right now.
-
-    Example::
-
-        if running_loop_here():
-            raise UsageError("use the async API here")
-    """
+    """Whether the calling thread runs an asyncio event loop right now."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -16,7 +16,39 @@ them). Every blocking call submits a coroutine to that loop and waits:
 * :meth:`Runtime.stop` cancels what is still running, closes the root object (the async
   client), stops the loop and joins every thread the runtime started.
 
+**Why a hand-made loop thread and not anyio's** ``BlockingPortal``. ``DESIGN.md`` §5 names
+the portal as the well-kept tool, and it does give what a facade needs first: a loop in a
+daemon thread with a clean start and stop (``start_blocking_portal``), ``call()`` for
+coroutines and plain functions, and ``wrap_async_context_manager`` entering and exiting in one
+task (the design :class:`~._calls.ContextRun` follows). What it lacks is the contract this
+facade exists for (§4): when the waiting thread gets ``KeyboardInterrupt`` or a
+:func:`fail_after` deadline passes, cancel the coroutine and *wait for its cleanup* before
+raising. A portal call is a ``concurrent.futures.Future``; ``future.cancel()`` cancels the
+task's scope but marks the future done at once, before the cleanup has even started (checked
+with anyio 4.16), and nothing else reports the task's end -- so the wait-for-cleanup needs
+this module's own per-call done flag and scope either way, which is most of
+:class:`~._calls.Call`. It has no deadlines (``fail_after`` here is a per-thread stack carried
+into each call's cancel scope, so the timeout and the cleanup wait are one mechanism), no fork
+detection (in a forked child ``portal.call()`` waits forever; here it raises
+:class:`~etcd_recipes.errors.ForkedProcessError`), no shutdown order (calls first, then the
+client's own blocks, then ``aclose()``), and no notion of the listener and hook threads
+``stop()`` must join or must not join from. Using the portal only for the thread/loop
+lifecycle would save the ~20 lines of ``_run``/``_main`` but keep all of the above, and hold a
+generator context manager open across the client's lifetime (entered in ``__init__``, exited
+from ``stop()``, the finalizer, or a thread that must not join itself). It also costs per call:
+``portal.call()`` spawns a task through a blocking ``from_thread.run_sync`` round trip and then
+waits on a ``Future`` (a condition variable), where :meth:`Runtime.call` does one
+``call_soon_threadsafe`` and parks on a pre-acquired lock. Measured on the shared, loaded
+2-core dev box (no-op calls, medians of 3-5 rounds, three runs): a coroutine 57-82 us here vs
+172-192 us through the portal, a plain function 28-36 us vs 127-223 us. So the runtime stays
+hand-made; the portal is the reference it is checked against (``benchmarks/sync_portal.py``
+repeats the measurement).
+
 Example::
+
+    import asyncio
+
+    from etcd_recipes.sync._runtime import Runtime
 
     rt = Runtime()
     try:
@@ -80,14 +112,7 @@ log = logging.getLogger("etcd_recipes.sync")
 
 
 class Runtime:
-    """A private event-loop thread; see the module docstring.
-
-    Example::
-
-        rt = Runtime()
-        rt.call(asyncio.sleep, 0.01)
-        rt.stop()
-    """
+    """A private event-loop thread; see the module docstring."""
 
     def __init__(self) -> None:
         self._id = next(_ids)
@@ -115,12 +140,7 @@ class Runtime:
 
     @classmethod
     def create(cls, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> tuple[Runtime, T]:
-        """Start a runtime and run the plain factory ``fn`` on its loop thread.
-
-        Example::
-
-            rt, async_client = Runtime.create(etcd_recipes.client.connect, "127.0.0.1:2379")
-        """
+        """Start a runtime and run the plain factory ``fn`` on its loop thread."""
         refuse_running_loop()
         rt = cls()
         try:
@@ -133,12 +153,7 @@ class Runtime:
     def create_awaiting(
         cls, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
     ) -> tuple[Runtime, T]:
-        """Start a runtime and await the async factory ``fn`` on its loop.
-
-        Example::
-
-            rt, async_client = Runtime.create_awaiting(open_client, "127.0.0.1:2379")
-        """
+        """Start a runtime and await the async factory ``fn`` on its loop."""
         refuse_running_loop()
         rt = cls()
         try:
@@ -151,23 +166,12 @@ class Runtime:
 
     @property
     def is_running(self) -> bool:
-        """Whether calls are accepted (False once :meth:`stop` was called).
-
-        Example::
-
-            assert not rt.is_running  # after rt.stop()
-        """
+        """Whether calls are accepted (False once :meth:`stop` was called)."""
         return self._state == "running"
 
     @property
     def loop_thread(self) -> threading.Thread:
-        """The thread that runs the event loop.
-
-        Example::
-
-            rt.stop()
-            assert not rt.loop_thread.is_alive()
-        """
+        """The thread that runs the event loop."""
         return self._thread
 
     def _check_caller(self) -> None:
@@ -196,12 +200,7 @@ class Runtime:
     # ------------------------------------------------------------------ calls
 
     def call(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        """Await ``fn(*args, **kwargs)`` on the loop and return its result (see module doc).
-
-        Example::
-
-            kv = rt.call(async_client.get, "/k")
-        """
+        """Await ``fn(*args, **kwargs)`` on the loop and return its result (see module doc)."""
         self._check_caller()
         call = Call(current_deadline())
         self._submit(call, functools.partial(self._spawn, fn, args, kwargs))
@@ -210,12 +209,7 @@ class Runtime:
     def call_closing(
         self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
     ) -> T | None:
-        """Like :meth:`call` for close-like calls: no deadline, and a no-op once stopped.
-
-        Example::
-
-            rt.call_closing(async_watch.aclose)
-        """
+        """Like :meth:`call` for close-like calls: no deadline, and a no-op once stopped."""
         self._check_caller()
         if self._state != "running":
             return None
@@ -227,12 +221,7 @@ class Runtime:
         return self._wait(call)  # type: ignore[no-any-return]
 
     def call_sync(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        """Run a plain function on the loop thread (inline once the runtime has stopped).
-
-        Example::
-
-            watch = rt.call_sync(async_client.watch, "/k")
-        """
+        """Run a plain function on the loop thread (inline once the runtime has stopped)."""
         self._check_caller()
         if self._state != "running":
             return fn(*args, **kwargs)
@@ -253,12 +242,7 @@ class Runtime:
         return self._wait(call)  # type: ignore[no-any-return]
 
     def next(self, fn: Callable[[], Awaitable[T]]) -> T:
-        """Await ``fn()`` (an ``__anext__``), turning ``StopAsyncIteration`` into ``StopIteration``.
-
-        Example::
-
-            item = rt.next(async_watch.__anext__)
-        """
+        """Await ``fn()`` (an ``__anext__``); ``StopAsyncIteration`` becomes ``StopIteration``."""
         try:
             return self.call(fn)
         except StopAsyncIteration:
@@ -330,12 +314,6 @@ class Runtime:
         """Run ``cm.__aenter__()`` in a task that stays open until :meth:`exit`.
 
         ``holder`` keeps the open block (a stack, so blocks on one object may nest).
-
-        Example::
-
-            value = rt.enter(twin, async_watch)
-            ...
-            rt.exit(twin, None, None, None)
         """
         self._check_caller()
         run = ContextRun(cm, current_deadline())
@@ -360,12 +338,7 @@ class Runtime:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> Any:
-        """Run the ``__aexit__`` of the innermost block :meth:`enter` opened on ``holder``.
-
-        Example::
-
-            rt.exit(twin, None, None, None)
-        """
+        """Run the ``__aexit__`` of the innermost block :meth:`enter` opened on ``holder``."""
         self._check_caller()
         stack: list[ContextRun] = holder.__dict__.get("_sync_context_runs", [])
         if not stack:
@@ -435,12 +408,7 @@ class Runtime:
     # ------------------------------------------------------------------ twins, listeners, hooks
 
     def twin(self, obj: Any, root: SyncTwin | None) -> Any:
-        """The sync twin of the async ``obj`` (the same one each time), or ``None`` for ``None``.
-
-        Example::
-
-            lease = rt.twin(async_lease, client)
-        """
+        """The sync twin of the async ``obj`` (the same one each time), or ``None`` for ``None``."""
         if obj is None:
             return None
         from ._twin import twin_class_for
@@ -455,40 +423,20 @@ class Runtime:
             return twin
 
     def register(self, twin: SyncTwin) -> None:
-        """Remember ``twin`` as the twin of its async object (see :meth:`twin`).
-
-        Example::
-
-            rt.register(self)
-        """
+        """Remember ``twin`` as the twin of its async object (see :meth:`twin`)."""
         with self._lock:
             self._twins[id(twin._a)] = twin
 
     def listener(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """Wrap a listener so it runs on this runtime's listener thread (see ``_callbacks``).
-
-        Example::
-
-            async_lease.add_listener(rt.listener(print))
-        """
+        """Wrap a listener so it runs on this runtime's listener thread (see ``_callbacks``)."""
         return self._callbacks.listener(fn, awaitable=True)
 
     def listener_nowait(self, fn: Callable[..., Any]) -> Callable[..., None]:
-        """Like :meth:`listener`, for callbacks typed to return ``None`` (errors are logged).
-
-        Example::
-
-            async_obj.on_change(rt.listener_nowait(print))
-        """
+        """Like :meth:`listener`, for callbacks typed to return ``None`` (errors are logged)."""
         return self._callbacks.listener(fn, awaitable=False)
 
     def hook(self, fn: Callable[P, T]) -> Callable[P, Awaitable[T]]:
-        """Wrap a blocking hook as the coroutine function the async API awaits.
-
-        Example::
-
-            lease = async_client.self_healing_lease(5, rt.hook(establish))
-        """
+        """Wrap a blocking hook as the coroutine function the async API awaits."""
         return self._callbacks.hook(fn)
 
     # ------------------------------------------------------------------ lifecycle
@@ -498,10 +446,6 @@ class Runtime:
 
         Idempotent. Called from the loop, a listener or a hook thread it only starts the
         shutdown (those threads cannot wait for themselves).
-
-        Example::
-
-            rt.stop()
         """
         if os.getpid() != self._pid:
             return  # a forked child: the thread does not exist here
