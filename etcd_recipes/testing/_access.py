@@ -43,7 +43,12 @@ class ServerAccess:
 
         Example::
 
-            channel = grpc.insecure_channel(server.endpoint)
+            import grpc
+
+        from etcd_recipes.testing import EtcdServer
+
+        with EtcdServer() as server, grpc.insecure_channel(server.endpoint) as channel:
+            grpc.channel_ready_future(channel).result(timeout=5)
         """
         if self._client_port is None:
             raise NotStartedError("the server has no port yet; call start() first")
@@ -60,8 +65,12 @@ class ServerAccess:
 
         Example::
 
-            async with connect(**server.client_kwargs()) as client:
-                await client.get("/k")
+            from etcd_recipes import connect
+            from etcd_recipes.testing import EtcdServer
+
+            with EtcdServer(tls=True) as server:
+                async with connect(**server.client_kwargs()) as tls_client:  # endpoints and ca_cert
+                    await tls_client.put(prefix + "k", b"v")
         """
         kwargs: dict[str, Any] = {"endpoints": [self.url]}
         tls = self._tls_material
@@ -82,11 +91,14 @@ class ServerAccess:
 
         Example::
 
-            creds = server.grpc_credentials()
-            channel = (
-                grpc.aio.secure_channel(server.endpoint, creds)
-                if creds else grpc.aio.insecure_channel(server.endpoint)
-            )
+            import grpc
+
+            from etcd_recipes.testing import EtcdServer
+
+            with EtcdServer(tls=True) as server:
+                creds = server.grpc_credentials()
+                with grpc.secure_channel(server.endpoint, creds) as channel:
+                    grpc.channel_ready_future(channel).result(timeout=5)
         """
         tls = self._tls_material
         if tls is None:
@@ -109,8 +121,11 @@ class ServerAccess:
 
         Example::
 
-            st = server.status()
-            is_leader = st.leader == st.header.member_id
+            from etcd_recipes.testing import EtcdServer
+
+            with EtcdServer() as server:
+                st = server.status()
+                assert st.leader == st.header.member_id  # a single member leads itself
         """
         import grpc
         from aetcd import rpc
@@ -134,7 +149,10 @@ class ServerAccess:
 
         Example::
 
-            assert cluster.leader().member_id == cluster.members[0].status().leader
+            from etcd_recipes.testing import EtcdServer
+
+        with EtcdServer() as server:
+            assert server.member_id == server.status().header.member_id
         """
         if self._member_id is None:
             self.status()
@@ -159,8 +177,12 @@ class ServerAccess:
 
         Example::
 
-            server.etcdctl("put", "/k", "v", check=True)
-            assert server.etcdctl("get", "/k", "--print-value-only").stdout == "v\\n"
+            from etcd_recipes.testing import EtcdServer
+
+            with EtcdServer(auth=True) as server:  # etcdctl runs as root
+                server.etcdctl("put", "/k", "v", check=True)
+                assert server.etcdctl("get", "/k", "--print-value-only").stdout == "v\\n"
+                assert server.etcdctl("get", "/k", user="").returncode != 0  # no credentials
         """
         if user is None and self._auth:
             user, password = "root", self._root_password
@@ -183,7 +205,13 @@ class ServerAccess:
 
         Example::
 
+            from etcd_recipes.testing import EtcdServer
+
+        with EtcdServer() as server:
             assert server.is_healthy()
+            server.pause()
+            assert not server.is_healthy(timeout=0.2)
+            server.resume()
         """
         if self._client_port is None or not self.is_running:
             return False

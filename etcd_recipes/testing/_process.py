@@ -38,10 +38,14 @@ class EtcdStartupError(EtcdRecipeError, RuntimeError):
 
     Example::
 
+        from etcd_recipes.testing import EtcdServer, EtcdStartupError
+
         try:
             EtcdServer(extra_args=["--no-such-flag"]).start()
         except EtcdStartupError as exc:
-            print(exc)  # ... flag provided but not defined: -no-such-flag
+            assert "no-such-flag" in str(exc)  # ... flag provided but not defined: -no-such-flag
+        else:
+            raise AssertionError("etcd started with an unknown flag")
     """
 
 

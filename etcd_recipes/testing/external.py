@@ -19,8 +19,14 @@ class ExternalServerError(UsageError):
 
     Example::
 
-        with pytest.raises(ExternalServerError):
-            ExternalEtcdServer(["127.0.0.1:2379"]).kill()
+        from etcd_recipes.testing import ExternalEtcdServer, ExternalServerError
+
+        try:
+            ExternalEtcdServer([endpoints]).kill()
+        except ExternalServerError as exc:
+            assert "not possible on an external etcd server" in str(exc)
+        else:
+            raise AssertionError("kill() of an external server did not raise")
     """
 
 
@@ -33,9 +39,13 @@ class ExternalEtcdServer:
 
     Example::
 
-        server = ExternalEtcdServer(["https://10.0.0.5:2379"], ca_cert="/etc/ssl/etcd-ca.pem")
-        async with connect(**server.client_kwargs()) as client:
-            ...
+        from etcd_recipes import connect
+        from etcd_recipes.testing import ExternalEtcdServer
+
+        # e.g. ExternalEtcdServer(["https://10.0.0.5:2379"], ca_cert="/etc/ssl/etcd-ca.pem")
+        server = ExternalEtcdServer([endpoints])
+        async with connect(**server.client_kwargs()) as ext_client:
+            await ext_client.put(prefix + "k", b"v")
     """
 
     #: Environment variables read by :meth:`from_env`.
@@ -76,8 +86,11 @@ class ExternalEtcdServer:
 
         Example::
 
+            from etcd_recipes.testing import ExternalEtcdServer
+
             server = ExternalEtcdServer.from_env({"ETCD_RECIPES_TEST_ENDPOINTS": "h:2379"})
             assert server is not None and server.endpoint == "h:2379"
+            assert ExternalEtcdServer.from_env({}) is None
         """
         env = os.environ if environ is None else environ
         raw = env.get(cls.ENV_ENDPOINTS, "").strip()
@@ -117,7 +130,11 @@ class ExternalEtcdServer:
 
         Example::
 
-            async with connect(**server.client_kwargs()) as client: ...
+            from etcd_recipes.testing import ExternalEtcdServer
+
+        server = ExternalEtcdServer([endpoints], user="app", password="secret")
+        kwargs = server.client_kwargs()
+        assert kwargs == {"endpoints": [f"http://{endpoints}"], "user": "app", "password": "secret"}
         """
         kwargs: dict[str, Any] = {"endpoints": list(self._urls)}
         for name, value in (
@@ -144,7 +161,9 @@ class ExternalEtcdServer:
 
         Example::
 
-            server.etcdctl("endpoint", "health", check=True)
+            from etcd_recipes.testing import ExternalEtcdServer
+
+        ExternalEtcdServer([endpoints]).etcdctl("endpoint", "health", check=True)
         """
         if user is None:
             user, password = self._user, self._password

@@ -102,11 +102,14 @@ class EtcdServer(ServerAccess):
 
     Example::
 
+        from etcd_recipes import connect
+        from etcd_recipes.testing import EtcdServer
+
         with EtcdServer(tls=True, auth=True) as server:
-            async with connect(**server.client_kwargs()) as client:
-                await client.put("/k", b"v")
-            server.pause()
-            ...
+            async with connect(**server.client_kwargs()) as root_client:  # TLS, user root
+                await root_client.put(prefix + "k", b"v")
+            server.pause()  # frozen: connections stay open, nothing is answered
+            assert not server.is_healthy()
             server.resume()
     """
 
@@ -254,9 +257,11 @@ class EtcdServer(ServerAccess):
 
         Example::
 
+            from etcd_recipes.testing import EtcdServer
+
             server = EtcdServer().start()
             try:
-                ...
+                assert server.is_healthy()
             finally:
                 server.stop()
         """
@@ -298,8 +303,13 @@ class EtcdServer(ServerAccess):
 
         Example::
 
+            from etcd_recipes.testing import EtcdServer
+
+            server = EtcdServer().start()
+            data_dir = server.data_dir
             server.stop()
             server.stop()  # no-op
+            assert not server.is_running and not data_dir.exists()
         """
         self._closed = True
         self._finalizer()
@@ -311,8 +321,11 @@ class EtcdServer(ServerAccess):
 
         Example::
 
-            server.kill()
-            assert not server.is_running
+            from etcd_recipes.testing import EtcdServer
+
+            with EtcdServer() as server:
+                server.kill()
+                assert not server.is_running
         """
         self._end(graceful=False)
 
@@ -321,10 +334,13 @@ class EtcdServer(ServerAccess):
 
         Example::
 
-            server.pause()
-            with pytest.raises(grpc.RpcError):
-                stub.Range(rpc.RangeRequest(key=b"k"), timeout=0.3)
-            server.resume()
+            from etcd_recipes.testing import EtcdServer
+
+            with EtcdServer() as server:
+                server.pause()
+                assert server.is_paused
+                assert server.etcdctl("get", "k", "--command-timeout=300ms").returncode != 0
+                server.resume()
         """
         with self._state.lock:
             proc = self._require_process()
@@ -337,8 +353,13 @@ class EtcdServer(ServerAccess):
 
         Example::
 
-            server.resume()
-            assert not server.is_paused
+            from etcd_recipes.testing import EtcdServer
+
+            with EtcdServer() as server:
+                server.pause()
+                server.resume()
+                assert not server.is_paused
+                server.etcdctl("put", "k", "v", check=True)
         """
         with self._state.lock:
             proc = self._state.proc
@@ -353,8 +374,14 @@ class EtcdServer(ServerAccess):
 
         Example::
 
-            server.restart()
-            assert server.etcdctl("get", "k").returncode == 0
+            from etcd_recipes.testing import EtcdServer
+
+            with EtcdServer() as server:
+                server.etcdctl("put", "k", "v", check=True)
+                endpoint = server.endpoint
+                server.restart()  # same port, same data
+                assert server.endpoint == endpoint
+                assert server.etcdctl("get", "k", "--print-value-only").stdout == "v\\n"
         """
         if self._closed:
             raise UsageError("this EtcdServer was stopped; create a new one")
