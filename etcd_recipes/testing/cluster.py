@@ -50,10 +50,14 @@ class EtcdCluster:
 
     Example::
 
+        from etcd_recipes import connect
+        from etcd_recipes.testing import EtcdCluster
+
         with EtcdCluster(3) as cluster:
-            async with connect(**cluster.client_kwargs()) as client:
+            async with connect(**cluster.client_kwargs()) as cluster_client:
                 cluster.leader().kill()
-                await client.put("/k", b"v")  # served by a survivor
+                cluster.wait_for_leader()
+                await cluster_client.put(prefix + "k", b"v")  # served by a survivor
     """
 
     def __init__(
@@ -113,9 +117,13 @@ class EtcdCluster:
 
         Example::
 
+            from etcd_recipes.testing import EtcdCluster
+
             cluster = EtcdCluster(3).start()
-            try: ...
-            finally: cluster.stop()
+            try:
+                assert all(member.is_healthy() for member in cluster.members)
+            finally:
+                cluster.stop()
         """
         if self._closed:
             raise UsageError("this EtcdCluster was stopped; create a new one")
@@ -166,7 +174,12 @@ class EtcdCluster:
 
         Example::
 
+            from etcd_recipes.testing import EtcdCluster
+
+            cluster = EtcdCluster(1).start()
             cluster.stop()
+            cluster.stop()  # no-op
+            assert not cluster.members[0].is_running
         """
         self._closed = True
         self._stop_members()
@@ -206,7 +219,12 @@ class EtcdCluster:
 
         Example::
 
-            async with connect(**cluster.client_kwargs()) as client: ...
+            from etcd_recipes import connect
+        from etcd_recipes.testing import EtcdCluster
+
+        with EtcdCluster(3) as cluster:
+            async with connect(**cluster.client_kwargs()) as cluster_client:  # every member
+                await cluster_client.put(prefix + "k", b"v")
         """
         return {"endpoints": self.urls}
 
@@ -215,7 +233,12 @@ class EtcdCluster:
 
         Example::
 
+            from etcd_recipes.testing import EtcdCluster
+
+        with EtcdCluster(3) as cluster:
             cluster.member("n2").pause()
+            assert cluster.member("n2").is_paused
+            cluster.member("n2").resume()
         """
         for m in self._members:
             if m.name == name:
@@ -233,7 +256,11 @@ class EtcdCluster:
 
         Example::
 
-            cluster.leader().kill()
+            from etcd_recipes.testing import EtcdCluster
+
+            with EtcdCluster(3) as cluster:
+                leader = cluster.leader()
+                assert leader.status().leader == leader.member_id
         """
         deadline = time.monotonic() + timeout
         while True:
@@ -253,7 +280,11 @@ class EtcdCluster:
 
         Example::
 
-            for f in cluster.followers(): f.pause()
+            from etcd_recipes.testing import EtcdCluster
+
+        with EtcdCluster(3) as cluster:
+            followers = cluster.followers()
+            assert len(followers) == 2 and cluster.leader() not in followers
         """
         leader = self.leader(timeout=timeout)
         return [m for m in self._members if m is not leader]
@@ -265,10 +296,13 @@ class EtcdCluster:
 
         Example::
 
-            old = cluster.leader()
-            old.kill()
-            new = cluster.wait_for_leader(timeout=5)
-            assert new is not old
+            from etcd_recipes.testing import EtcdCluster
+
+            with EtcdCluster(3) as cluster:
+                old = cluster.leader()
+                old.kill()
+                new = cluster.wait_for_leader(timeout=5)
+                assert new is not old
         """
         deadline = time.monotonic() + timeout
         while True:
