@@ -75,7 +75,7 @@ def _publish() -> None:
 
     anyio's way (``__module__`` is where users import from), done lazily: a public object is
     renamed as soon as any public name is looked up here, whichever submodule was imported
-    first (the plugin and :mod:`~etcd_recipes.testing.cluster` import submodules directly).
+    first (:mod:`~etcd_recipes.testing.cluster` and tests import submodules directly).
     """
     for public, where in _WHERE.items():
         if public in globals():
