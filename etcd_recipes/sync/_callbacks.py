@@ -12,9 +12,18 @@
 
 Example::
 
-    callbacks = Callbacks("etcd-recipes-sync-1")
-    wrapped = callbacks.listener(print, awaitable=True)   # give this to the async API
-    callbacks.stop(10.0)
+    import threading
+
+    from etcd_recipes.sync._callbacks import Callbacks
+
+    seen = []
+    callbacks = Callbacks("doc-callbacks")
+    wrapped = callbacks.listener(
+        lambda event: seen.append((event, threading.current_thread().name)), awaitable=False
+    )
+    wrapped("an event")  # what the async side calls; queued for the listener thread
+    callbacks.stop(10.0)  # drains the queue and joins the thread
+    assert seen == [("an event", "doc-callbacks-listeners")]
 """
 
 from __future__ import annotations
@@ -42,13 +51,7 @@ log = logging.getLogger("etcd_recipes.sync")
 
 
 class Callbacks:
-    """The listener thread and hook threads of one runtime.
-
-    Example::
-
-        callbacks = Callbacks("etcd-recipes-sync-1")
-        establish = callbacks.hook(lambda lease_id: True)
-    """
+    """The listener thread and hook threads of one runtime."""
 
     def __init__(self, name: str) -> None:
         self._name = name
@@ -58,13 +61,7 @@ class Callbacks:
         self._threads: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
 
     def owns(self, thread: threading.Thread) -> bool:
-        """Whether ``thread`` is one of ours (a listener or hook thread).
-
-        Example::
-
-            if callbacks.owns(threading.current_thread()):
-                ...  # do not join ourselves
-        """
+        """Whether ``thread`` is one of ours (a listener or hook thread)."""
         return thread in self._threads
 
     # ------------------------------------------------------------------ listeners
@@ -76,10 +73,6 @@ class Callbacks:
         With ``awaitable=True`` the wrapper returns a future settled with the listener's
         result (for async APIs that accept sync or async listeners); otherwise ``None``, and
         a listener's exception is logged.
-
-        Example::
-
-            async_lease.add_listener(callbacks.listener(print, awaitable=True))
         """
         if not callable(fn):
             raise TypeError(f"a listener must be callable, not {fn!r}")
@@ -114,12 +107,7 @@ class Callbacks:
     # ------------------------------------------------------------------ hooks
 
     def hook(self, fn: Callable[P, T]) -> Callable[P, Awaitable[T]]:
-        """Wrap a blocking hook as the coroutine function the async API awaits.
-
-        Example::
-
-            lease = async_client.self_healing_lease(5, callbacks.hook(establish))
-        """
+        """Wrap a blocking hook as the coroutine function the async API awaits."""
         if not callable(fn):
             raise TypeError(f"a hook must be callable, not {fn!r}")
 
@@ -144,10 +132,6 @@ class Callbacks:
 
         Called on the loop thread after the loop ended (anyio has then told its idle worker
         threads to exit).
-
-        Example::
-
-            callbacks.stop(10.0)
         """
         end = time.monotonic() + timeout
         with self._lock:

@@ -6,7 +6,7 @@ them). Every blocking call submits a coroutine to that loop and waits:
 
 * ``KeyboardInterrupt`` (or any exception raised in the waiting thread) cancels the coroutine
   through an anyio cancel scope, so shielded cleanup runs to completion; the caller waits for
-  it (at most :data:`CLEANUP_TIMEOUT` seconds) and then re-raises;
+  it (at most :data:`FACADE_CLEANUP_WAIT` seconds) and then re-raises;
 * inside :func:`fail_after`, a call that passes the deadline is cancelled the same way and
   raises :class:`~etcd_recipes.errors.EtcdTimeoutError` once its cleanup is done;
 * calling from a thread with a running event loop (including the loop thread itself) raises
@@ -16,7 +16,39 @@ them). Every blocking call submits a coroutine to that loop and waits:
 * :meth:`Runtime.stop` cancels what is still running, closes the root object (the async
   client), stops the loop and joins every thread the runtime started.
 
+**Why a hand-made loop thread and not anyio's** ``BlockingPortal``. ``DESIGN.md`` §5 names
+the portal as the well-kept tool, and it does give what a facade needs first: a loop in a
+daemon thread with a clean start and stop (``start_blocking_portal``), ``call()`` for
+coroutines and plain functions, and ``wrap_async_context_manager`` entering and exiting in one
+task (the design :class:`~._calls.ContextRun` follows). What it lacks is the contract this
+facade exists for (§4): when the waiting thread gets ``KeyboardInterrupt`` or a
+:func:`fail_after` deadline passes, cancel the coroutine and *wait for its cleanup* before
+raising. A portal call is a ``concurrent.futures.Future``; ``future.cancel()`` cancels the
+task's scope but marks the future done at once, before the cleanup has even started (checked
+with anyio 4.16), and nothing else reports the task's end -- so the wait-for-cleanup needs
+this module's own per-call done flag and scope either way, which is most of
+:class:`~._calls.Call`. It has no deadlines (``fail_after`` here is a per-thread stack carried
+into each call's cancel scope, so the timeout and the cleanup wait are one mechanism), no fork
+detection (in a forked child ``portal.call()`` waits forever; here it raises
+:class:`~etcd_recipes.errors.ForkedProcessError`), no shutdown order (calls first, then the
+client's own blocks, then ``aclose()``), and no notion of the listener and hook threads
+``stop()`` must join or must not join from. Using the portal only for the thread/loop
+lifecycle would save the ~20 lines of ``_run``/``_main`` but keep all of the above, and hold a
+generator context manager open across the client's lifetime (entered in ``__init__``, exited
+from ``stop()``, the finalizer, or a thread that must not join itself). It also costs per call:
+``portal.call()`` spawns a task through a blocking ``from_thread.run_sync`` round trip and then
+waits on a ``Future`` (a condition variable), where :meth:`Runtime.call` does one
+``call_soon_threadsafe`` and parks on a pre-acquired lock. Measured on the shared, loaded
+2-core dev box (no-op calls, medians of 3-5 rounds, three runs): a coroutine 57-82 us here vs
+172-192 us through the portal, a plain function 28-36 us vs 127-223 us. So the runtime stays
+hand-made; the portal is the reference it is checked against (``benchmarks/sync_portal.py``
+repeats the measurement).
+
 Example::
+
+    import asyncio
+
+    from etcd_recipes.sync._runtime import Runtime
 
     rt = Runtime()
     try:
@@ -36,143 +68,51 @@ import logging
 import math
 import os
 import threading
-import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import anyio
 
+from .._core.waiting import CLEANUP_TIMEOUT
 from ..errors import ClientClosedError, EtcdTimeoutError, ForkedProcessError, UsageError
 from ._callbacks import Callbacks
+from ._calls import (
+    Call,
+    ContextRun,
+    current_deadline,
+    fail_after,
+    refuse_running_loop,
+    running_loop_here,
+    scope_deadline,
+)
 
 if TYPE_CHECKING:
     from ._twin import SyncTwin
 
-__all__ = ["CLEANUP_TIMEOUT", "Runtime", "fail_after"]
+__all__ = ["FACADE_CLEANUP_WAIT", "Runtime", "fail_after", "running_loop_here"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
-CLEANUP_TIMEOUT = 10.0
-"""Seconds a cancelled call may spend on its cleanup before the caller stops waiting."""
+FACADE_CLEANUP_WAIT = 2 * CLEANUP_TIMEOUT
+"""Seconds a blocking call waits for its cancelled coroutine's cleanup (10 s).
+
+The longest shielded cleanup the async side runs is a recipe's ``aclose()``, which
+``_core/recipe.py`` bounds at twice :data:`etcd_recipes._core.waiting.CLEANUP_TIMEOUT` (the
+bound of one cleanup step); waiting that long means the facade never walks away from a cleanup
+the loop is still running. Shutdown uses the same bound per phase.
+"""
 
 _POLL = 0.25  # the waiting thread wakes this often (Ctrl-C is seen on every platform)
 _ids = itertools.count(1)
-_state = threading.local()
 _runtimes: weakref.WeakSet[Runtime] = weakref.WeakSet()
 log = logging.getLogger("etcd_recipes.sync")
 
 
-@contextlib.contextmanager
-def fail_after(seconds: float) -> Iterator[None]:
-    """Bound every blocking facade call made by this thread inside the block.
-
-    A call still running at the deadline is cancelled, its cleanup runs to completion, and it
-    raises :class:`~etcd_recipes.errors.EtcdTimeoutError` (also a ``TimeoutError``). Code
-    between facade calls is not interrupted. Blocks nest; the earliest deadline wins.
-
-    Example::
-
-        with fail_after(2.0):
-            lease.wait_lost()  # EtcdTimeoutError after 2 s, with nothing left running
-    """
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
-        raise ValueError(f"fail_after() needs a number of seconds >= 0, not {seconds!r}")
-    stack = _deadlines()
-    stack.append(time.monotonic() + seconds)
-    try:
-        yield
-    finally:
-        stack.pop()
-
-
-def _deadlines() -> list[float]:
-    stack: list[float] | None = getattr(_state, "deadlines", None)
-    if stack is None:
-        stack = _state.deadlines = []
-    return stack
-
-
-def _current_deadline() -> float | None:
-    stack: list[float] | None = getattr(_state, "deadlines", None)
-    return min(stack) if stack else None
-
-
-class _Flag:
-    """A one-shot flag for one waiting thread: a pre-acquired lock released by :meth:`set`.
-
-    Cheaper than ``threading.Event`` (whose every ``wait`` allocates a lock for a condition).
-    """
-
-    __slots__ = ("_lock", "_set")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._lock.acquire()
-        self._set = False
-
-    def set(self) -> None:
-        if not self._set:
-            self._set = True
-            self._lock.release()
-
-    def is_set(self) -> bool:
-        return self._set
-
-    def wait(self, timeout: float | None = None) -> bool:
-        if self._set:
-            return True
-        if self._lock.acquire(timeout=-1 if timeout is None else timeout):
-            self._lock.release()
-            return True
-        return self._set
-
-
-class _Call:
-    """One submission to the loop; ``done`` is set after the coroutine (and its cleanup) ended."""
-
-    __slots__ = ("deadline", "done", "error", "reason", "result", "scope")
-
-    def __init__(self, deadline: float | None) -> None:
-        self.deadline = deadline
-        self.done = _Flag()
-        self.result: Any = None
-        self.error: BaseException | None = None
-        self.scope: anyio.CancelScope | None = None
-        self.reason = ""  # why it was cancelled from outside: "interrupt" or "shutdown"
-
-    def cancel(self, reason: str) -> None:  # on the loop thread
-        if not self.reason:
-            self.reason = reason
-        if self.scope is not None:
-            self.scope.cancel()
-
-
-class _ContextRun(_Call):
-    """A ``with`` block: ``__aenter__`` and ``__aexit__`` run in one task (cancel scopes and
-    task groups entered by ``__aenter__`` are exited by the same task)."""
-
-    __slots__ = ("entered", "exit_args", "exit_event", "obj")
-
-    def __init__(self, obj: Any, deadline: float | None) -> None:
-        super().__init__(deadline)
-        self.obj = obj
-        self.entered = threading.Event()
-        self.exit_event: asyncio.Event | None = None
-        self.exit_args: tuple[Any, Any, Any] = (None, None, None)
-
-
 class Runtime:
-    """A private event-loop thread; see the module docstring.
-
-    Example::
-
-        rt = Runtime()
-        rt.call(asyncio.sleep, 0.01)
-        rt.stop()
-    """
+    """A private event-loop thread; see the module docstring."""
 
     def __init__(self) -> None:
         self._id = next(_ids)
@@ -184,7 +124,7 @@ class Runtime:
         self._context: contextvars.Context | None = None
         self._stop_event: asyncio.Event | None = None
         self._loop_ident = 0
-        self._tasks: dict[asyncio.Task[None], _Call] = {}
+        self._tasks: dict[asyncio.Task[None], Call] = {}
         self.root: Any = None
         """The async object closed (``aclose()``) when the runtime stops: the client."""
         self._twins: weakref.WeakValueDictionary[int, SyncTwin] = weakref.WeakValueDictionary()
@@ -200,13 +140,8 @@ class Runtime:
 
     @classmethod
     def create(cls, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> tuple[Runtime, T]:
-        """Start a runtime and run the plain factory ``fn`` on its loop thread.
-
-        Example::
-
-            rt, async_client = Runtime.create(etcd_recipes.client.connect, "127.0.0.1:2379")
-        """
-        _refuse_running_loop()
+        """Start a runtime and run the plain factory ``fn`` on its loop thread."""
+        refuse_running_loop()
         rt = cls()
         try:
             return rt, rt.call_sync(fn, *args, **kwargs)
@@ -218,13 +153,8 @@ class Runtime:
     def create_awaiting(
         cls, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
     ) -> tuple[Runtime, T]:
-        """Start a runtime and await the async factory ``fn`` on its loop.
-
-        Example::
-
-            rt, async_client = Runtime.create_awaiting(open_client, "127.0.0.1:2379")
-        """
-        _refuse_running_loop()
+        """Start a runtime and await the async factory ``fn`` on its loop."""
+        refuse_running_loop()
         rt = cls()
         try:
             return rt, rt.call(fn, *args, **kwargs)
@@ -236,23 +166,12 @@ class Runtime:
 
     @property
     def is_running(self) -> bool:
-        """Whether calls are accepted (False once :meth:`stop` was called).
-
-        Example::
-
-            assert not rt.is_running  # after rt.stop()
-        """
+        """Whether calls are accepted (False once :meth:`stop` was called)."""
         return self._state == "running"
 
     @property
     def loop_thread(self) -> threading.Thread:
-        """The thread that runs the event loop.
-
-        Example::
-
-            rt.stop()
-            assert not rt.loop_thread.is_alive()
-        """
+        """The thread that runs the event loop."""
         return self._thread
 
     def _check_caller(self) -> None:
@@ -266,12 +185,12 @@ class Runtime:
                 "a blocking etcd_recipes.sync call was made on the client's own event-loop "
                 "thread; it would deadlock"
             )
-        _refuse_running_loop()
+        refuse_running_loop()
 
     def _closed_error(self) -> ClientClosedError:
         return ClientClosedError("the sync client was closed")
 
-    def _submit(self, call: _Call, callback: Callable[[_Call], None]) -> None:
+    def _submit(self, call: Call, callback: Callable[[Call], None]) -> None:
         with self._lock:
             if self._state != "running":
                 raise self._closed_error()
@@ -281,30 +200,20 @@ class Runtime:
     # ------------------------------------------------------------------ calls
 
     def call(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        """Await ``fn(*args, **kwargs)`` on the loop and return its result (see module doc).
-
-        Example::
-
-            kv = rt.call(async_client.get, "/k")
-        """
+        """Await ``fn(*args, **kwargs)`` on the loop and return its result (see module doc)."""
         self._check_caller()
-        call = _Call(_current_deadline())
+        call = Call(current_deadline())
         self._submit(call, functools.partial(self._spawn, fn, args, kwargs))
         return self._wait(call)  # type: ignore[no-any-return]
 
     def call_closing(
         self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
     ) -> T | None:
-        """Like :meth:`call` for close-like calls: no deadline, and a no-op once stopped.
-
-        Example::
-
-            rt.call_closing(async_watch.aclose)
-        """
+        """Like :meth:`call` for close-like calls: no deadline, and a no-op once stopped."""
         self._check_caller()
         if self._state != "running":
             return None
-        call = _Call(None)
+        call = Call(None)
         try:
             self._submit(call, functools.partial(self._spawn, fn, args, kwargs))
         except ClientClosedError:
@@ -312,18 +221,13 @@ class Runtime:
         return self._wait(call)  # type: ignore[no-any-return]
 
     def call_sync(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        """Run a plain function on the loop thread (inline once the runtime has stopped).
-
-        Example::
-
-            watch = rt.call_sync(async_client.watch, "/k")
-        """
+        """Run a plain function on the loop thread (inline once the runtime has stopped)."""
         self._check_caller()
         if self._state != "running":
             return fn(*args, **kwargs)
-        call = _Call(None)
+        call = Call(None)
 
-        def run(c: _Call) -> None:
+        def run(c: Call) -> None:
             try:
                 c.result = fn(*args, **kwargs)
             except BaseException as exc:
@@ -338,20 +242,13 @@ class Runtime:
         return self._wait(call)  # type: ignore[no-any-return]
 
     def next(self, fn: Callable[[], Awaitable[T]]) -> T:
-        """Await ``fn()`` (an ``__anext__``), turning ``StopAsyncIteration`` into ``StopIteration``.
-
-        Example::
-
-            item = rt.next(async_watch.__anext__)
-        """
+        """Await ``fn()`` (an ``__anext__``); ``StopAsyncIteration`` becomes ``StopIteration``."""
         try:
             return self.call(fn)
         except StopAsyncIteration:
             raise StopIteration from None
 
-    def _spawn(
-        self, fn: Callable[..., Awaitable[Any]], args: Any, kwargs: Any, call: _Call
-    ) -> None:
+    def _spawn(self, fn: Callable[..., Awaitable[Any]], args: Any, kwargs: Any, call: Call) -> None:
         assert self._loop is not None
         # Always under an anyio cancel scope: cancelling the task natively would pierce anyio
         # shields inside the call (e.g. anyio.to_thread waiting for a hook to return).
@@ -360,10 +257,10 @@ class Runtime:
         task.add_done_callback(self._tasks.pop)
 
     async def _execute(
-        self, call: _Call, fn: Callable[..., Awaitable[Any]], args: Any, kwargs: Any
+        self, call: Call, fn: Callable[..., Awaitable[Any]], args: Any, kwargs: Any
     ) -> None:
         try:
-            with anyio.CancelScope(deadline=_scope_deadline(call.deadline)) as scope:
+            with anyio.CancelScope(deadline=scope_deadline(call.deadline)) as scope:
                 call.scope = scope
                 if call.reason:
                     scope.cancel()
@@ -376,14 +273,14 @@ class Runtime:
             call.scope = None
             call.done.set()
 
-    def _cancel_error(self, call: _Call) -> BaseException | None:
+    def _cancel_error(self, call: Call) -> BaseException | None:
         if call.reason == "shutdown":
             return ClientClosedError("the sync client was closed while this call was waiting")
         if call.reason == "interrupt":
             return None  # the waiting thread re-raises its own exception
         return EtcdTimeoutError("the blocking call did not finish before its fail_after() deadline")
 
-    def _wait(self, call: _Call) -> Any:
+    def _wait(self, call: Call) -> Any:
         try:
             while not call.done.wait(_POLL):
                 pass
@@ -399,16 +296,16 @@ class Runtime:
                 del error
         return call.result
 
-    def _interrupt(self, call: _Call) -> None:
+    def _interrupt(self, call: Call) -> None:
         """Cancel ``call`` and wait (bounded) until its cleanup has finished."""
         loop = self._loop
         if loop is not None and not call.done.is_set():
             with contextlib.suppress(RuntimeError):  # the loop is already closed
                 loop.call_soon_threadsafe(call.cancel, "interrupt")
-        if not call.done.wait(CLEANUP_TIMEOUT):
+        if not call.done.wait(FACADE_CLEANUP_WAIT):
             log.warning(
                 "an interrupted etcd_recipes.sync call did not finish its cleanup within %ss",
-                CLEANUP_TIMEOUT,
+                FACADE_CLEANUP_WAIT,
             )
 
     # ------------------------------------------------------------------ with blocks
@@ -417,15 +314,9 @@ class Runtime:
         """Run ``cm.__aenter__()`` in a task that stays open until :meth:`exit`.
 
         ``holder`` keeps the open block (a stack, so blocks on one object may nest).
-
-        Example::
-
-            value = rt.enter(twin, async_watch)
-            ...
-            rt.exit(twin, None, None, None)
         """
         self._check_caller()
-        run = _ContextRun(cm, _current_deadline())
+        run = ContextRun(cm, current_deadline())
         self._submit(run, self._spawn_context)
         try:
             while not run.entered.wait(_POLL):
@@ -436,7 +327,7 @@ class Runtime:
         if run.done.is_set():  # __aenter__ failed (or was cancelled): no block to exit
             self._wait(run)
             raise self._closed_error()  # pragma: no cover - _wait raised already
-        stack: list[_ContextRun] = holder.__dict__.setdefault("_sync_context_runs", [])
+        stack: list[ContextRun] = holder.__dict__.setdefault("_sync_context_runs", [])
         stack.append(run)
         return run.result
 
@@ -447,14 +338,9 @@ class Runtime:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> Any:
-        """Run the ``__aexit__`` of the innermost block :meth:`enter` opened on ``holder``.
-
-        Example::
-
-            rt.exit(twin, None, None, None)
-        """
+        """Run the ``__aexit__`` of the innermost block :meth:`enter` opened on ``holder``."""
         self._check_caller()
-        stack: list[_ContextRun] = holder.__dict__.get("_sync_context_runs", [])
+        stack: list[ContextRun] = holder.__dict__.get("_sync_context_runs", [])
         if not stack:
             raise UsageError("__exit__ without a matching __enter__")
         run = stack.pop()
@@ -470,23 +356,23 @@ class Runtime:
                 return None  # the client was closed first; the block was cleaned up then
             raise
 
-    def _spawn_context(self, run: _Call) -> None:
-        assert isinstance(run, _ContextRun)
+    def _spawn_context(self, run: Call) -> None:
+        assert isinstance(run, ContextRun)
         assert self._loop is not None
         task = self._loop.create_task(self._run_context(run))
         self._tasks[task] = run
         task.add_done_callback(self._tasks.pop)
 
-    def _release_context(self, run: _ContextRun) -> None:
+    def _release_context(self, run: ContextRun) -> None:
         if run.exit_event is not None:
             run.exit_event.set()
 
-    async def _run_context(self, run: _ContextRun) -> None:
+    async def _run_context(self, run: ContextRun) -> None:
         cm = run.obj
         try:
             # Only this outer scope: a context manager that opens a cancel scope or task group
             # in __aenter__ must close it in __aexit__ with nothing of ours in between (LIFO).
-            with anyio.CancelScope(deadline=_scope_deadline(run.deadline)) as scope:
+            with anyio.CancelScope(deadline=scope_deadline(run.deadline)) as scope:
                 run.scope = scope
                 if run.reason:
                     scope.cancel()
@@ -506,7 +392,7 @@ class Runtime:
             run.entered.set()
 
     @staticmethod
-    async def _hold_open(run: _ContextRun, cm: Any, exit_event: asyncio.Event) -> None:
+    async def _hold_open(run: ContextRun, cm: Any, exit_event: asyncio.Event) -> None:
         """Wait until the sync block ends, then exit the way ``async with`` would."""
         try:
             await exit_event.wait()
@@ -522,12 +408,7 @@ class Runtime:
     # ------------------------------------------------------------------ twins, listeners, hooks
 
     def twin(self, obj: Any, root: SyncTwin | None) -> Any:
-        """The sync twin of the async ``obj`` (the same one each time), or ``None`` for ``None``.
-
-        Example::
-
-            lease = rt.twin(async_lease, client)
-        """
+        """The sync twin of the async ``obj`` (the same one each time), or ``None`` for ``None``."""
         if obj is None:
             return None
         from ._twin import twin_class_for
@@ -542,40 +423,20 @@ class Runtime:
             return twin
 
     def register(self, twin: SyncTwin) -> None:
-        """Remember ``twin`` as the twin of its async object (see :meth:`twin`).
-
-        Example::
-
-            rt.register(self)
-        """
+        """Remember ``twin`` as the twin of its async object (see :meth:`twin`)."""
         with self._lock:
             self._twins[id(twin._a)] = twin
 
     def listener(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """Wrap a listener so it runs on this runtime's listener thread (see ``_callbacks``).
-
-        Example::
-
-            async_lease.add_listener(rt.listener(print))
-        """
+        """Wrap a listener so it runs on this runtime's listener thread (see ``_callbacks``)."""
         return self._callbacks.listener(fn, awaitable=True)
 
     def listener_nowait(self, fn: Callable[..., Any]) -> Callable[..., None]:
-        """Like :meth:`listener`, for callbacks typed to return ``None`` (errors are logged).
-
-        Example::
-
-            async_obj.on_change(rt.listener_nowait(print))
-        """
+        """Like :meth:`listener`, for callbacks typed to return ``None`` (errors are logged)."""
         return self._callbacks.listener(fn, awaitable=False)
 
     def hook(self, fn: Callable[P, T]) -> Callable[P, Awaitable[T]]:
-        """Wrap a blocking hook as the coroutine function the async API awaits.
-
-        Example::
-
-            lease = async_client.self_healing_lease(5, rt.hook(establish))
-        """
+        """Wrap a blocking hook as the coroutine function the async API awaits."""
         return self._callbacks.hook(fn)
 
     # ------------------------------------------------------------------ lifecycle
@@ -585,10 +446,6 @@ class Runtime:
 
         Idempotent. Called from the loop, a listener or a hook thread it only starts the
         shutdown (those threads cannot wait for themselves).
-
-        Example::
-
-            rt.stop()
         """
         if os.getpid() != self._pid:
             return  # a forked child: the thread does not exist here
@@ -603,7 +460,7 @@ class Runtime:
         current = threading.current_thread()
         if current is self._thread or self._callbacks.owns(current):
             return
-        self._thread.join(CLEANUP_TIMEOUT * 2 + 5)
+        self._thread.join(FACADE_CLEANUP_WAIT * 2 + 5)
         if self._thread.is_alive():  # pragma: no cover - a cleanup ignored its bound
             log.warning("the etcd-recipes event-loop thread did not stop in time")
 
@@ -615,7 +472,7 @@ class Runtime:
         finally:
             self._state = "stopped"
             self._ready.set()
-            self._callbacks.stop(CLEANUP_TIMEOUT)
+            self._callbacks.stop(FACADE_CLEANUP_WAIT)
 
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -636,48 +493,18 @@ class Runtime:
             pending = [
                 t
                 for t, c in self._tasks.items()
-                if first != (isinstance(c, _ContextRun) and c.obj is root and root is not None)
+                if first != (isinstance(c, ContextRun) and c.obj is root and root is not None)
             ]
             for task in pending:
                 self._tasks[task].cancel("shutdown")
             if pending:
-                await asyncio.wait(pending, timeout=CLEANUP_TIMEOUT)
+                await asyncio.wait(pending, timeout=FACADE_CLEANUP_WAIT)
         if root is not None and hasattr(root, "aclose"):
-            with anyio.move_on_after(CLEANUP_TIMEOUT):
+            with anyio.move_on_after(FACADE_CLEANUP_WAIT):
                 try:
                     await root.aclose()
                 except Exception:
                     log.debug("closing %r failed", root, exc_info=True)
-
-
-def running_loop_here() -> bool:
-    """Whether the calling thread runs an asyncio event loop right now.
-
-    Example::
-
-        if running_loop_here():
-            raise UsageError("use the async API here")
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
-def _refuse_running_loop() -> None:
-    if not running_loop_here():
-        return
-    raise UsageError(
-        "a blocking etcd_recipes.sync call was made from a running event loop, which it "
-        "would block; use the async API (etcd_recipes) there, or run the blocking code in "
-        "a worker thread (anyio.to_thread.run_sync / loop.run_in_executor)"
-    )
-
-
-def _scope_deadline(deadline: float | None) -> float:
-    # anyio's clock on asyncio is loop.time(), i.e. time.monotonic().
-    return math.inf if deadline is None else deadline
 
 
 def _after_fork_in_child() -> None:

@@ -7,8 +7,11 @@ Twins are registered per async class so :meth:`Runtime.twin` can wrap results ge
 
 Example::
 
-    class Watch(SyncTwin, twin_of=_async.Watch):
-        _a: _async.Watch
+    import etcd_recipes
+    from etcd_recipes.sync._twin import SyncTwin, twin_class_for
+
+    assert isinstance(client, SyncTwin)  # so is every object the facade hands out
+    assert twin_class_for(etcd_recipes.EtcdClient) is type(client)
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from ._runtime import Runtime, running_loop_here
+from ._calls import running_loop_here
+from ._runtime import Runtime
 
 __all__ = ["SyncContextManager", "SyncIterator", "SyncTwin", "twin_class_for"]
 
@@ -29,12 +33,7 @@ _TWINS: dict[type, type[SyncTwin]] = {}
 
 
 def twin_class_for(async_type: type) -> type[SyncTwin]:
-    """The twin class registered for ``async_type`` (or its nearest twinned base).
-
-    Example::
-
-        assert twin_class_for(etcd_recipes.client.EtcdClient) is etcd_recipes.sync.EtcdClient
-    """
+    """The twin class registered for ``async_type`` (or its nearest twinned base)."""
     for klass in async_type.__mro__:
         twin = _TWINS.get(klass)
         if twin is not None:
@@ -43,12 +42,7 @@ def twin_class_for(async_type: type) -> type[SyncTwin]:
 
 
 class SyncTwin:
-    """Base of every generated blocking twin.
-
-    Example::
-
-        isinstance(client, SyncTwin)  # True for every object etcd_recipes.sync hands out
-    """
+    """Base of every generated blocking twin."""
 
     _a: Any
     _rt: Runtime
@@ -103,13 +97,7 @@ def _same(value: Any) -> Any:
 
 
 class SyncIterator(Generic[T]):
-    """A blocking iterator over an async iterator that lives on a runtime's loop.
-
-    Example::
-
-        for item in SyncIterator(rt, async_gen, convert):
-            ...
-    """
+    """A blocking iterator over an async iterator that lives on a runtime's loop."""
 
     def __init__(
         self, rt: Runtime, ait: AsyncIterator[Any], convert: Callable[[Any], T] = _same
@@ -125,12 +113,7 @@ class SyncIterator(Generic[T]):
         return self._convert(self._rt.next(self._ait.__anext__))
 
     def close(self) -> None:
-        """Close the async iterator (``aclose()``) if it has one.
-
-        Example::
-
-            it.close()
-        """
+        """Close the async iterator (``aclose()``) if it has one."""
         aclose = getattr(self._ait, "aclose", None)
         if aclose is not None:
             self._rt.call_closing(aclose)
@@ -148,13 +131,7 @@ class SyncIterator(Generic[T]):
 
 
 class SyncContextManager(Generic[T]):
-    """A blocking ``with`` over an async context manager (entered and exited in one task).
-
-    Example::
-
-        with SyncContextManager(rt, async_cm, convert) as value:
-            ...
-    """
+    """A blocking ``with`` over an async context manager (entered and exited in one task)."""
 
     def __init__(
         self,

@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -26,15 +27,12 @@ if TYPE_CHECKING:
         find_etcd_binary,
         find_etcdctl_binary,
     )
+    from etcd_recipes.testing._process import EtcdStartupError
     from etcd_recipes.testing.certs import TlsMaterial
     from etcd_recipes.testing.cluster import EtcdCluster
+    from etcd_recipes.testing.external import ExternalEtcdServer, ExternalServerError
     from etcd_recipes.testing.proxy import TcpProxy
-    from etcd_recipes.testing.server import (
-        EtcdServer,
-        EtcdStartupError,
-        ExternalEtcdServer,
-        ExternalServerError,
-    )
+    from etcd_recipes.testing.server import EtcdServer
 
 __all__ = [
     "EtcdBinaryNotFoundError",
@@ -57,9 +55,9 @@ _WHERE = {
     "EtcdCluster": "cluster",
     "TcpProxy": "proxy",
     "EtcdServer": "server",
-    "EtcdStartupError": "server",
-    "ExternalEtcdServer": "server",
-    "ExternalServerError": "server",
+    "EtcdStartupError": "_process",
+    "ExternalEtcdServer": "external",
+    "ExternalServerError": "external",
 }
 
 
@@ -67,9 +65,28 @@ def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+    importlib.import_module(f"{__name__}.{module}")
+    _publish()
+    return globals()[name]
+
+
+def _publish() -> None:
+    """Bind every public name whose module is imported, reporting this package as its module.
+
+    anyio's way (``__module__`` is where users import from), done lazily: a public object is
+    renamed as soon as any public name is looked up here, whichever submodule was imported
+    first (:mod:`~etcd_recipes.testing.cluster` and tests import submodules directly).
+    """
+    for public, where in _WHERE.items():
+        if public in globals():
+            continue
+        module = sys.modules.get(f"{__name__}.{where}")
+        if module is None:
+            continue
+        value = getattr(module, public)
+        if getattr(value, "__module__", "").startswith(f"{__name__}."):
+            value.__module__ = __name__
+        globals()[public] = value
 
 
 def __dir__() -> list[str]:

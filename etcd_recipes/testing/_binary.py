@@ -37,10 +37,21 @@ class EtcdBinaryNotFoundError(UsageError, FileNotFoundError):
 
     Example::
 
+        import os
+
+        from etcd_recipes.testing import EtcdBinaryNotFoundError, find_etcd_binary
+
+        saved = os.environ.get("ETCD_BINARY")
+        os.environ["ETCD_BINARY"] = "/no/such/etcd"
         try:
             find_etcd_binary()
-        except FileNotFoundError as exc:
-            pytest.skip(str(exc))
+        except FileNotFoundError as exc:  # an EtcdBinaryNotFoundError
+            assert isinstance(exc, EtcdBinaryNotFoundError) and "ETCD_BINARY" in str(exc)
+        finally:
+            if saved is None:
+                del os.environ["ETCD_BINARY"]
+            else:
+                os.environ["ETCD_BINARY"] = saved
     """
 
 
@@ -87,7 +98,12 @@ def find_etcd_binary() -> str:
 
     Example::
 
-        subprocess.run([find_etcd_binary(), "--version"], check=True)
+        import subprocess
+
+        from etcd_recipes.testing import find_etcd_binary
+
+        version = subprocess.run([find_etcd_binary(), "--version"], capture_output=True, check=True)
+        assert version.stdout.startswith(b"etcd Version: 3.")
     """
     return _find("etcd", "ETCD_BINARY")
 
@@ -100,6 +116,10 @@ def find_etcdctl_binary() -> str:
 
     Example::
 
-        subprocess.run([find_etcdctl_binary(), "version"], check=True)
+        import subprocess
+
+        from etcd_recipes.testing import find_etcdctl_binary
+
+        subprocess.run([find_etcdctl_binary(), "version"], capture_output=True, check=True)
     """
     return _find("etcdctl", "ETCDCTL_BINARY")

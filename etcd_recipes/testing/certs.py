@@ -6,8 +6,16 @@ dir, so it disappears with the server).
 
 Example::
 
-    material = TlsMaterial.generate(Path(tempfile.mkdtemp()))
-    ssl_ctx = ssl.create_default_context(cafile=material.ca_cert)
+    import ssl
+    import tempfile
+    from pathlib import Path
+
+    from etcd_recipes.testing import TlsMaterial
+
+    with tempfile.TemporaryDirectory() as tmp:
+        material = TlsMaterial.generate(Path(tmp))
+        ssl_ctx = ssl.create_default_context(cafile=material.ca_cert)
+        ssl_ctx.load_cert_chain(material.client_cert, material.client_key)
 """
 
 from __future__ import annotations
@@ -27,12 +35,18 @@ class TlsMaterial:
 
     Example::
 
+        import grpc
+
+        from etcd_recipes.testing import EtcdServer
+
         with EtcdServer(tls=True, client_cert_auth=True) as server:
             tls = server.tls
             assert tls is not None
             creds = grpc.ssl_channel_credentials(
                 tls.ca_cert.read_bytes(), tls.client_key.read_bytes(), tls.client_cert.read_bytes()
             )
+            with grpc.secure_channel(server.endpoint, creds) as channel:
+                grpc.channel_ready_future(channel).result(timeout=5)
     """
 
     ca_cert: Path
@@ -49,8 +63,14 @@ class TlsMaterial:
 
         Example::
 
-            material = TlsMaterial.generate(tmp_path)
-            assert material.ca_cert.read_bytes().startswith(b"-----BEGIN CERTIFICATE-----")
+            import tempfile
+            from pathlib import Path
+
+            from etcd_recipes.testing import TlsMaterial
+
+            with tempfile.TemporaryDirectory() as tmp:
+                material = TlsMaterial.generate(Path(tmp))
+                assert material.ca_cert.read_bytes().startswith(b"-----BEGIN CERTIFICATE-----")
         """
         try:
             import trustme

@@ -28,16 +28,14 @@ from etcd_recipes.errors import (
     InvalidArgumentError,
     UsageError,
 )
-from etcd_recipes.testing.server import (
-    _PORT_ATTEMPTS,
-    EtcdServer,
+from etcd_recipes.testing._process import (
+    PORT_ATTEMPTS,
     EtcdStartupError,
-    _free_ports,
-    _MemberSpec,
-    _new_cluster_token,
-    _PortInUseError,
-    _wait_all_ready,
+    PortInUseError,
+    free_ports,
+    new_cluster_token,
 )
+from etcd_recipes.testing.server import EtcdServer, _MemberSpec, _wait_all_ready
 
 __all__ = ["EtcdCluster"]
 
@@ -52,10 +50,14 @@ class EtcdCluster:
 
     Example::
 
+        from etcd_recipes import connect
+        from etcd_recipes.testing import EtcdCluster
+
         with EtcdCluster(3) as cluster:
-            async with connect(**cluster.client_kwargs()) as client:
+            async with connect(**cluster.client_kwargs()) as cluster_client:
                 cluster.leader().kill()
-                await client.put("/k", b"v")  # served by a survivor
+                cluster.wait_for_leader()
+                await cluster_client.put(prefix + "k", b"v")  # served by a survivor
     """
 
     def __init__(
@@ -115,17 +117,21 @@ class EtcdCluster:
 
         Example::
 
+            from etcd_recipes.testing import EtcdCluster
+
             cluster = EtcdCluster(3).start()
-            try: ...
-            finally: cluster.stop()
+            try:
+                assert all(member.is_healthy() for member in cluster.members)
+            finally:
+                cluster.stop()
         """
         if self._closed:
             raise UsageError("this EtcdCluster was stopped; create a new one")
         if self._members:
             raise AlreadyStartedError(f"{self!r} is already started")
-        for attempt in range(1, _PORT_ATTEMPTS + 1):
-            ports = _free_ports(2 * self._size)
-            token = _new_cluster_token()
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            ports = free_ports(2 * self._size)
+            token = new_cluster_token()
             names = [f"n{i + 1}" for i in range(self._size)]
             initial = ",".join(
                 f"{name}=http://127.0.0.1:{ports[2 * i + 1]}" for i, name in enumerate(names)
@@ -150,10 +156,10 @@ class EtcdCluster:
                 _wait_all_ready(members, time.monotonic() + self._startup_timeout)
                 for member in members:
                     member._started_once = True
-            except _PortInUseError as exc:
+            except PortInUseError as exc:
                 self._stop_members()
                 self._members = []
-                if attempt == _PORT_ATTEMPTS:
+                if attempt == PORT_ATTEMPTS:
                     raise EtcdStartupError(str(exc)) from None
                 continue
             except BaseException:
@@ -168,7 +174,12 @@ class EtcdCluster:
 
         Example::
 
+            from etcd_recipes.testing import EtcdCluster
+
+            cluster = EtcdCluster(1).start()
             cluster.stop()
+            cluster.stop()  # no-op
+            assert not cluster.members[0].is_running
         """
         self._closed = True
         self._stop_members()
@@ -208,7 +219,12 @@ class EtcdCluster:
 
         Example::
 
-            async with connect(**cluster.client_kwargs()) as client: ...
+            from etcd_recipes import connect
+        from etcd_recipes.testing import EtcdCluster
+
+        with EtcdCluster(3) as cluster:
+            async with connect(**cluster.client_kwargs()) as cluster_client:  # every member
+                await cluster_client.put(prefix + "k", b"v")
         """
         return {"endpoints": self.urls}
 
@@ -217,7 +233,12 @@ class EtcdCluster:
 
         Example::
 
+            from etcd_recipes.testing import EtcdCluster
+
+        with EtcdCluster(3) as cluster:
             cluster.member("n2").pause()
+            assert cluster.member("n2").is_paused
+            cluster.member("n2").resume()
         """
         for m in self._members:
             if m.name == name:
@@ -235,7 +256,11 @@ class EtcdCluster:
 
         Example::
 
-            cluster.leader().kill()
+            from etcd_recipes.testing import EtcdCluster
+
+            with EtcdCluster(3) as cluster:
+                leader = cluster.leader()
+                assert leader.status().leader == leader.member_id
         """
         deadline = time.monotonic() + timeout
         while True:
@@ -255,7 +280,11 @@ class EtcdCluster:
 
         Example::
 
-            for f in cluster.followers(): f.pause()
+            from etcd_recipes.testing import EtcdCluster
+
+        with EtcdCluster(3) as cluster:
+            followers = cluster.followers()
+            assert len(followers) == 2 and cluster.leader() not in followers
         """
         leader = self.leader(timeout=timeout)
         return [m for m in self._members if m is not leader]
@@ -267,10 +296,13 @@ class EtcdCluster:
 
         Example::
 
-            old = cluster.leader()
-            old.kill()
-            new = cluster.wait_for_leader(timeout=5)
-            assert new is not old
+            from etcd_recipes.testing import EtcdCluster
+
+            with EtcdCluster(3) as cluster:
+                old = cluster.leader()
+                old.kill()
+                new = cluster.wait_for_leader(timeout=5)
+                assert new is not old
         """
         deadline = time.monotonic() + timeout
         while True:

@@ -19,12 +19,19 @@ etcd-recipes installed.
 
 Example::
 
+    from etcd_recipes.testing import EtcdServer
+
     async def test_put(etcd_client, etcd_prefix):
         await etcd_client.put(etcd_prefix + "k", b"v")
 
     def test_restart(fresh_etcd_server):
         fresh_etcd_server.kill()
         fresh_etcd_server.restart()
+
+    # What pytest does with them, given the fixtures' values:
+    await test_put(client, prefix)
+    with EtcdServer() as fresh:
+        test_restart(fresh)
 """
 
 from __future__ import annotations
@@ -38,9 +45,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from etcd_recipes.testing.cluster import EtcdCluster
-    from etcd_recipes.testing.proxy import TcpProxy
-    from etcd_recipes.testing.server import EtcdServer, ExternalEtcdServer
+    from etcd_recipes.testing import EtcdCluster, EtcdServer, ExternalEtcdServer, TcpProxy
 
 try:
     import pytest_asyncio
@@ -65,8 +70,18 @@ def pytest_configure(config: pytest.Config) -> None:
 
     Example::
 
+        import pytest
+
+        from etcd_recipes.testing import EtcdCluster
+
         @pytest.mark.slow
-        def test_leader_failover(etcd_cluster): ...
+        def test_leader_failover(etcd_cluster):
+            etcd_cluster.leader().kill()
+            etcd_cluster.wait_for_leader()
+
+        assert [mark.name for mark in test_leader_failover.pytestmark] == ["slow"]
+        with EtcdCluster(3) as cluster:  # what the etcd_cluster fixture passes
+            test_leader_failover(cluster)
     """
     config.addinivalue_line(
         "markers", "slow: fault-injection tests (restarts, pauses, clusters) on real etcd"
@@ -74,7 +89,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _external_server() -> ExternalEtcdServer | None:
-    from etcd_recipes.testing.server import ExternalEtcdServer
+    from etcd_recipes.testing import ExternalEtcdServer
 
     class _PytestExternalServer(ExternalEtcdServer):
         def _unsupported(self, what: str) -> None:
@@ -93,14 +108,19 @@ def etcd_server() -> Iterator[EtcdServer | ExternalEtcdServer]:
 
     Example::
 
+        from etcd_recipes.testing import ExternalEtcdServer
+
         def test_endpoint(etcd_server):
             assert etcd_server.etcdctl("endpoint", "health").returncode == 0
+
+        # What the fixture passes when ETCD_RECIPES_TEST_ENDPOINTS names this example's etcd:
+        test_endpoint(ExternalEtcdServer([endpoints]))
     """
     external = _external_server()
     if external is not None:
         yield external
         return
-    from etcd_recipes.testing.server import EtcdServer
+    from etcd_recipes.testing import EtcdServer
 
     with EtcdServer() as server:
         yield server
@@ -112,8 +132,14 @@ def etcd_prefix(request: pytest.FixtureRequest) -> str:
 
     Example::
 
+        from etcd_recipes import DistributedQueue
+
         async def test_queue(etcd_client, etcd_prefix):
-            queue = Queue(etcd_client, etcd_prefix + "queue")
+            async with DistributedQueue(etcd_client, etcd_prefix + "queue") as queue:
+                await queue.enqueue(b"job")
+                assert await queue.dequeue() == b"job"
+
+        await test_queue(client, prefix)  # pytest passes the fixtures
     """
     name = _UNSAFE.sub("_", request.node.name).strip("_")[:60] or "test"
     return f"/t/{name}-{secrets.token_hex(3)}/"
@@ -126,6 +152,9 @@ async def _etcd_client(etcd_server: Any) -> AsyncIterator[Any]:
 
         async def test_put_get(etcd_client, etcd_prefix):
             await etcd_client.put(etcd_prefix + "k", b"v")
+            assert (await etcd_client.get(etcd_prefix + "k")).value == b"v"
+
+        await test_put_get(client, prefix)  # pytest passes the fixtures
     """
     # Imported by name at run time: the plugin must not depend on the client at import time.
     connect = importlib.import_module("etcd_recipes.client").connect
@@ -149,10 +178,16 @@ def fresh_etcd_server() -> Iterator[EtcdServer]:
 
     Example::
 
+        from etcd_recipes.testing import EtcdServer
+
         def test_restart(fresh_etcd_server):
             fresh_etcd_server.restart()
+            assert fresh_etcd_server.is_healthy()
+
+        with EtcdServer() as fresh:  # what the fixture passes
+            test_restart(fresh)
     """
-    from etcd_recipes.testing.server import EtcdServer
+    from etcd_recipes.testing import EtcdServer
 
     with EtcdServer() as server:
         yield server
@@ -164,11 +199,16 @@ def etcd_cluster() -> Iterator[EtcdCluster]:
 
     Example::
 
+        from etcd_recipes.testing import EtcdCluster
+
         def test_failover(etcd_cluster):
             etcd_cluster.leader().kill()
             etcd_cluster.wait_for_leader()
+
+        with EtcdCluster(3) as cluster:  # what the fixture passes
+            test_failover(cluster)
     """
-    from etcd_recipes.testing.cluster import EtcdCluster
+    from etcd_recipes.testing import EtcdCluster
 
     with EtcdCluster(3) as cluster:
         yield cluster
@@ -183,12 +223,19 @@ def etcd_proxy(etcd_server: Any) -> Iterator[TcpProxy]:
 
     Example::
 
+        from etcd_recipes import connect
+        from etcd_recipes.testing import TcpProxy
+
         async def test_reconnect(etcd_proxy):
-            async with connect(endpoints=[etcd_proxy.url]) as client:
+            async with connect(endpoints=[etcd_proxy.url]) as proxied:
+                await proxied.get("/k")
                 etcd_proxy.cut()
-                await client.get("/k")
+                await proxied.get("/k")  # on a new connection
+
+        with TcpProxy.for_endpoint(endpoints) as proxy:  # what the fixture passes
+            await test_reconnect(proxy)
     """
-    from etcd_recipes.testing.proxy import TcpProxy
+    from etcd_recipes.testing import TcpProxy
 
     with TcpProxy.for_endpoint(etcd_server.endpoint) as proxy:
         yield proxy

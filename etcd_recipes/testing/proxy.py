@@ -12,11 +12,15 @@ synchronous and asynchronous tests. Put it between a client and etcd, then:
 
 Example::
 
-    with EtcdServer() as server, TcpProxy.for_endpoint(server.endpoint) as proxy:
-        async with connect(endpoints=[proxy.url]) as client:
-            proxy.blackhole()
-            ...            # calls time out, keepalive notices
-            proxy.restore()
+    from etcd_recipes import connect
+    from etcd_recipes.testing import TcpProxy
+
+    with TcpProxy.for_endpoint(endpoints) as proxy:
+        async with connect(endpoints=[proxy.url]) as proxied:
+            await proxied.put(prefix + "k", b"v")
+            proxy.blackhole()  # calls through the proxy now time out; keepalive notices
+            proxy.restore()  # forwarding again; the connection is reset and re-established
+            assert (await proxied.get(prefix + "k")).value == b"v"
 """
 
 from __future__ import annotations
@@ -71,10 +75,18 @@ class TcpProxy:
 
     Example::
 
-        proxy = TcpProxy("127.0.0.1", 2379).start()
-        channel = grpc.aio.insecure_channel(proxy.endpoint)
-        proxy.cut()        # open streams fail with UNAVAILABLE (connection reset)
-        proxy.stop()
+        import grpc
+
+        from etcd_recipes.testing import TcpProxy
+
+        host, port = endpoints.rsplit(":", 1)
+        proxy = TcpProxy(host, int(port)).start()
+        try:
+            with grpc.insecure_channel(proxy.endpoint) as channel:
+                grpc.channel_ready_future(channel).result(timeout=5)
+                proxy.cut()  # open streams fail with UNAVAILABLE (connection reset)
+        finally:
+            proxy.stop()
     """
 
     def __init__(
@@ -105,7 +117,13 @@ class TcpProxy:
 
         Example::
 
-            proxy = TcpProxy.for_endpoint(server.endpoint).start()
+            from etcd_recipes.testing import TcpProxy
+
+        proxy = TcpProxy.for_endpoint(f"http://{endpoints}").start()  # or "host:port"
+        try:
+            assert proxy.endpoint != endpoints  # it listens on a free port of its own
+        finally:
+            proxy.stop()
         """
         hostport = endpoint.split("://", 1)[-1].rstrip("/")
         host, sep, port = hostport.rpartition(":")
@@ -139,7 +157,14 @@ class TcpProxy:
 
         Example::
 
-            with TcpProxy("127.0.0.1", server_port) as proxy: ...
+            from etcd_recipes.testing import TcpProxy
+
+        proxy = TcpProxy.for_endpoint(endpoints).start()
+        first = proxy.endpoint
+        proxy.stop()
+        proxy.start()  # again, on the same port
+        assert proxy.endpoint == first
+        proxy.stop()
         """
         with self._lock:
             if self._thread is not None:
@@ -185,7 +210,11 @@ class TcpProxy:
 
         Example::
 
+            from etcd_recipes.testing import TcpProxy
+
+            proxy = TcpProxy.for_endpoint(endpoints).start()
             proxy.stop()
+            proxy.stop()  # no-op
         """
         with self._lock:
             loop, thread = self._loop, self._thread
@@ -226,7 +255,13 @@ class TcpProxy:
 
         Example::
 
-            connect(endpoints=[proxy.url])
+            from etcd_recipes import connect
+        from etcd_recipes.testing import TcpProxy
+
+        with TcpProxy.for_endpoint(endpoints) as proxy:
+            assert proxy.url == f"http://{proxy.endpoint}"
+            async with connect(endpoints=[proxy.url]) as proxied:
+                await proxied.put(prefix + "k", b"v")
         """
         return f"http://{self.endpoint}"
 
@@ -249,8 +284,16 @@ class TcpProxy:
 
         Example::
 
-            proxy.cut()
-            assert proxy.connection_count == 0
+            import grpc
+
+            from etcd_recipes.testing import TcpProxy
+
+            with TcpProxy.for_endpoint(endpoints) as proxy:
+                with grpc.insecure_channel(proxy.endpoint) as channel:
+                    grpc.channel_ready_future(channel).result(timeout=5)
+                    assert proxy.connection_count == 1
+                    proxy.cut()
+                    assert proxy.connection_count == 0
         """
         self._call(self._reset_all)
 
@@ -261,9 +304,14 @@ class TcpProxy:
 
         Example::
 
-            proxy.blackhole()
-            with pytest.raises(grpc.RpcError):  # DEADLINE_EXCEEDED
-                stub.Range(rpc.RangeRequest(key=b"k"), timeout=0.3)
+            from etcd_recipes.testing import ExternalEtcdServer, TcpProxy
+
+            with TcpProxy.for_endpoint(endpoints) as proxy:
+                proxy.blackhole()
+                assert proxy.is_blackholed
+                through = ExternalEtcdServer([proxy.endpoint])
+                timeouts = ("--dial-timeout=300ms", "--command-timeout=300ms")
+                assert through.etcdctl("get", "k", *timeouts).returncode != 0  # nothing answers
         """
         self._call(self._start_blackhole)
 
@@ -272,7 +320,13 @@ class TcpProxy:
 
         Example::
 
-            proxy.restore()
+            from etcd_recipes.testing import ExternalEtcdServer, TcpProxy
+
+            with TcpProxy.for_endpoint(endpoints) as proxy:
+                proxy.blackhole()
+                proxy.restore()
+                assert not proxy.is_blackholed
+                ExternalEtcdServer([proxy.endpoint]).etcdctl("endpoint", "health", check=True)
         """
         self._call(self._end_blackhole)
 

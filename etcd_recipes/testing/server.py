@@ -24,269 +24,46 @@ Example::
 
 from __future__ import annotations
 
-import http.client
-import json
 import os
-import secrets
 import shutil
 import signal
-import socket
-import ssl
 import subprocess
-import sys
 import tempfile
-import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
 
 from etcd_recipes.errors import (
     AlreadyStartedError,
-    EtcdRecipeError,
     InvalidArgumentError,
     NotStartedError,
     UsageError,
 )
-from etcd_recipes.testing._binary import find_etcd_binary, find_etcdctl_binary
+from etcd_recipes.testing._access import ServerAccess
+from etcd_recipes.testing._binary import find_etcd_binary
+from etcd_recipes.testing._process import (
+    PORT_ATTEMPTS,
+    EtcdStartupError,
+    PortInUseError,
+    ProcessState,
+    duration_flag,
+    end_process,
+    free_ports,
+    new_cluster_token,
+    release,
+    send_signal,
+    start_reaper,
+    temp_root,
+    wait_stopped,
+)
 from etcd_recipes.testing.certs import TlsMaterial
 
-__all__ = [
-    "EtcdServer",
-    "EtcdStartupError",
-    "ExternalEtcdServer",
-    "ExternalServerError",
-]
+__all__ = ["EtcdServer", "EtcdStartupError"]
 
-#: How many times a first start is retried with fresh ports after "address already in use".
-_PORT_ATTEMPTS = 4
 _LOG_TAIL_LINES = 30
-_STOP_TIMEOUT = 5.0
-_HEALTH_PROBE_TIMEOUT = 0.5
-
-
-class EtcdStartupError(EtcdRecipeError, RuntimeError):
-    """The etcd process exited or did not become healthy in time.
-
-    The message includes the exit status (if any) and the tail of the server's log.
-
-    Example::
-
-        try:
-            EtcdServer(extra_args=["--no-such-flag"]).start()
-        except EtcdStartupError as exc:
-            print(exc)  # ... flag provided but not defined: -no-such-flag
-    """
-
-
-class ExternalServerError(UsageError):
-    """A process-control method was called on an :class:`ExternalEtcdServer`.
-
-    Example::
-
-        with pytest.raises(ExternalServerError):
-            ExternalEtcdServer(["127.0.0.1:2379"]).kill()
-    """
-
-
-class _PortInUseError(Exception):
-    """etcd exited at once because one of its ports was taken (internal)."""
-
-
-# --------------------------------------------------------------------------- ports & paths
-
-_port_lock = threading.Lock()
-_handed_out: set[int] = set()
-
-
-def _free_ports(count: int) -> list[int]:
-    """Return ``count`` distinct free loopback ports, never handing out a port twice.
-
-    The ports are found by binding port 0; they are released before etcd binds them, so a race
-    with another process is possible (start() detects it and retries).
-    """
-    with _port_lock:
-        sockets: list[socket.socket] = []
-        ports: list[int] = []
-        try:
-            for _ in range(count * 50):
-                if len(ports) == count:
-                    break
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                sockets.append(sock)
-                sock.bind(("127.0.0.1", 0))
-                port = int(sock.getsockname()[1])
-                if port not in _handed_out:
-                    ports.append(port)
-        finally:
-            for sock in sockets:
-                sock.close()
-        if len(ports) != count:  # pragma: no cover - would need an exhausted port range
-            raise EtcdStartupError(f"could not find {count} free loopback ports")
-        _handed_out.update(ports)
-        return ports
-
-
-def _temp_root() -> str | None:
-    shm = "/dev/shm"
-    if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK):
-        return shm
-    return None
-
-
-def _new_cluster_token() -> str:
-    return f"etcd-recipes-{os.getpid()}-{secrets.token_hex(6)}"
-
-
-def _duration(seconds: float) -> str:
-    return f"{max(1, round(seconds * 1000))}ms"
-
-
-# --------------------------------------------------------------------------- etcdctl
-
-
-def _run_etcdctl(
-    args: Sequence[str],
-    *,
-    endpoints: Sequence[str],
-    ca_cert: str | None,
-    cert: str | None,
-    key: str | None,
-    user: str | None,
-    password: str | None,
-    timeout: float,
-    input: str | None = None,
-    check: bool = False,
-) -> subprocess.CompletedProcess[str]:
-    cmd = [find_etcdctl_binary(), f"--endpoints={','.join(endpoints)}"]
-    if ca_cert:
-        cmd.append(f"--cacert={ca_cert}")
-    if cert:
-        cmd.append(f"--cert={cert}")
-    if key:
-        cmd.append(f"--key={key}")
-    if user:
-        cmd.append(f"--user={user}")
-        if password is not None:
-            cmd.append(f"--password={password}")
-    cmd.extend(str(a) for a in args)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ETCDCTL_")}
-    env["ETCDCTL_API"] = "3"
-    return subprocess.run(
-        cmd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        input=input,
-        check=check,
-    )
-
-
-# --------------------------------------------------------------------------- process state
-
-
-@dataclass
-class _ProcessState:
-    """Everything a server owns that must be released; shared with its finalizer.
-
-    It never references the :class:`EtcdServer` itself, so the finalizer cannot keep it alive.
-    """
-
-    proc: subprocess.Popen[bytes] | None = None
-    paused: bool = False
-    temp_dir: str | None = None
-    log: IO[bytes] | None = None
-    lock: threading.RLock = field(default_factory=threading.RLock)
-    owner_pid: int = field(default_factory=os.getpid)
-
-
-# A watchdog started beside every etcd process: if the Python process that owns the server
-# dies without cleaning up (SIGKILL, os._exit, a killed CI job), the watchdog is re-parented
-# and kills etcd and deletes its temp dir. It exits on its own when etcd ends normally.
-_REAPER = """
-import os, shutil, signal, sys, time
-owner, child, temp_dir = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-while os.getppid() == owner:
-    time.sleep(0.5)
-    try:
-        os.kill(child, 0)
-    except OSError:
-        sys.exit(0)
-for sig in (signal.SIGCONT, signal.SIGKILL):
-    try:
-        os.kill(child, sig)
-    except OSError:
-        pass
-if temp_dir:
-    time.sleep(0.2)
-    shutil.rmtree(temp_dir, ignore_errors=True)
-"""
-
-
-def _start_reaper(pid: int, temp_dir: str | None) -> None:
-    try:
-        subprocess.Popen(
-            [sys.executable, "-c", _REAPER, str(os.getpid()), str(pid), temp_dir or ""],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            close_fds=True,
-        )
-    except OSError:  # pragma: no cover - a best-effort safety net
-        pass
-
-
-def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
-    try:
-        os.kill(proc.pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _end_process(state: _ProcessState, *, graceful: bool) -> None:
-    """Stop the process (SIGCONT first if paused; SIGTERM then SIGKILL, or SIGKILL at once)."""
-    with state.lock:
-        proc = state.proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            if graceful:
-                if state.paused:
-                    _signal(proc, signal.SIGCONT)
-                _signal(proc, signal.SIGTERM)
-                try:
-                    proc.wait(_STOP_TIMEOUT)
-                except subprocess.TimeoutExpired:
-                    pass
-            if proc.poll() is None:
-                _signal(proc, signal.SIGKILL)
-                proc.wait()
-        state.proc = None
-        state.paused = False
-
-
-def _release(state: _ProcessState) -> None:
-    """Finalizer: end the process, close the log, delete the temp dir. Safe to call twice.
-
-    Does nothing in a forked child: the server belongs to the process that started it.
-    """
-    if os.getpid() != state.owner_pid:
-        return
-    with state.lock:
-        try:
-            _end_process(state, graceful=True)
-        finally:
-            if state.log is not None:
-                state.log.close()
-                state.log = None
-            if state.temp_dir is not None:
-                shutil.rmtree(state.temp_dir, ignore_errors=True)
-                state.temp_dir = None
 
 
 @dataclass(frozen=True)
@@ -302,7 +79,7 @@ class _MemberSpec:
 # --------------------------------------------------------------------------- EtcdServer
 
 
-class EtcdServer:
+class EtcdServer(ServerAccess):
     """One real etcd process on free loopback ports, for tests.
 
     Synchronous API; a context manager (``with EtcdServer() as server: ...``) that starts and
@@ -325,11 +102,14 @@ class EtcdServer:
 
     Example::
 
+        from etcd_recipes import connect
+        from etcd_recipes.testing import EtcdServer
+
         with EtcdServer(tls=True, auth=True) as server:
-            async with connect(**server.client_kwargs()) as client:
-                await client.put("/k", b"v")
-            server.pause()
-            ...
+            async with connect(**server.client_kwargs()) as root_client:  # TLS, user root
+                await root_client.put(prefix + "k", b"v")
+            server.pause()  # frozen: connections stay open, nothing is answered
+            assert not server.is_healthy()
             server.resume()
     """
 
@@ -379,7 +159,7 @@ class EtcdServer:
 
         self._client_port: int | None = _member.client_port if _member else None
         self._peer_port: int | None = _member.peer_port if _member else None
-        self._token = _member.token if _member else _new_cluster_token()
+        self._token = _member.token if _member else new_cluster_token()
         self._tls_material: TlsMaterial | None = None
         self._log_path: Path | None = None
         self._log_offset = 0
@@ -389,10 +169,10 @@ class EtcdServer:
         self._closed = False
         self._member_id: int | None = None
 
-        self._state = _ProcessState()
+        self._state = ProcessState()
         # Safety net: reaps the process and deletes the temp dir when this object is garbage
         # collected or, at the latest, at interpreter exit (finalize registers with atexit).
-        self._finalizer = weakref.finalize(self, _release, self._state)
+        self._finalizer = weakref.finalize(self, release, self._state)
 
     # ------------------------------------------------------------------ context manager
 
@@ -420,24 +200,6 @@ class EtcdServer:
     def name(self) -> str:
         """The member name (``--name``), e.g. ``"n1"``."""
         return self._name
-
-    @property
-    def endpoint(self) -> str:
-        """``host:port`` of the client URL, without scheme, e.g. ``"127.0.0.1:41234"``.
-
-        Example::
-
-            channel = grpc.insecure_channel(server.endpoint)
-        """
-        if self._client_port is None:
-            raise NotStartedError("the server has no port yet; call start() first")
-        return f"127.0.0.1:{self._client_port}"
-
-    @property
-    def url(self) -> str:
-        """The client URL, ``http://127.0.0.1:PORT`` or ``https://...`` when TLS is on."""
-        scheme = "https" if self._use_tls else "http"
-        return f"{scheme}://{self.endpoint}"
 
     @property
     def peer_url(self) -> str:
@@ -495,9 +257,11 @@ class EtcdServer:
 
         Example::
 
+            from etcd_recipes.testing import EtcdServer
+
             server = EtcdServer().start()
             try:
-                ...
+                assert server.is_healthy()
             finally:
                 server.stop()
         """
@@ -514,9 +278,9 @@ class EtcdServer:
                 try:
                     self._spawn()
                     self._wait_ready(time.monotonic() + self._startup_timeout)
-                except _PortInUseError as exc:
+                except PortInUseError as exc:
                     self._end(graceful=False)
-                    if fixed_ports or attempt >= _PORT_ATTEMPTS:
+                    if fixed_ports or attempt >= PORT_ATTEMPTS:
                         raise EtcdStartupError(str(exc)) from None
                     self._reset_for_new_ports()
                     continue
@@ -539,8 +303,13 @@ class EtcdServer:
 
         Example::
 
+            from etcd_recipes.testing import EtcdServer
+
+            server = EtcdServer().start()
+            data_dir = server.data_dir
             server.stop()
             server.stop()  # no-op
+            assert not server.is_running and not data_dir.exists()
         """
         self._closed = True
         self._finalizer()
@@ -552,8 +321,11 @@ class EtcdServer:
 
         Example::
 
-            server.kill()
-            assert not server.is_running
+            from etcd_recipes.testing import EtcdServer
+
+            with EtcdServer() as server:
+                server.kill()
+                assert not server.is_running
         """
         self._end(graceful=False)
 
@@ -562,29 +334,37 @@ class EtcdServer:
 
         Example::
 
-            server.pause()
-            with pytest.raises(grpc.RpcError):
-                stub.Range(rpc.RangeRequest(key=b"k"), timeout=0.3)
-            server.resume()
+            from etcd_recipes.testing import EtcdServer
+
+            with EtcdServer() as server:
+                server.pause()
+                assert server.is_paused
+                assert server.etcdctl("get", "k", "--command-timeout=300ms").returncode != 0
+                server.resume()
         """
         with self._state.lock:
             proc = self._require_process()
-            _signal(proc, signal.SIGSTOP)
+            send_signal(proc, signal.SIGSTOP)
             self._state.paused = True
-            _wait_stopped(proc.pid)
+            wait_stopped(proc.pid)
 
     def resume(self) -> None:
         """Undo :meth:`pause` with SIGCONT. No-op when not paused.
 
         Example::
 
-            server.resume()
-            assert not server.is_paused
+            from etcd_recipes.testing import EtcdServer
+
+            with EtcdServer() as server:
+                server.pause()
+                server.resume()
+                assert not server.is_paused
+                server.etcdctl("put", "k", "v", check=True)
         """
         with self._state.lock:
             proc = self._state.proc
             if proc is not None and self._state.paused:
-                _signal(proc, signal.SIGCONT)
+                send_signal(proc, signal.SIGCONT)
             self._state.paused = False
 
     def restart(self) -> EtcdServer:
@@ -594,177 +374,21 @@ class EtcdServer:
 
         Example::
 
-            server.restart()
-            assert server.etcdctl("get", "k").returncode == 0
+            from etcd_recipes.testing import EtcdServer
+
+            with EtcdServer() as server:
+                server.etcdctl("put", "k", "v", check=True)
+                endpoint = server.endpoint
+                server.restart()  # same port, same data
+                assert server.endpoint == endpoint
+                assert server.etcdctl("get", "k", "--print-value-only").stdout == "v\\n"
         """
         if self._closed:
             raise UsageError("this EtcdServer was stopped; create a new one")
         self.kill()
         return self.start()
 
-    # ------------------------------------------------------------------ clients
-
-    def client_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for :func:`etcd_recipes.client.connect` to reach this server.
-
-        Example::
-
-            async with connect(**server.client_kwargs()) as client:
-                await client.get("/k")
-        """
-        kwargs: dict[str, Any] = {"endpoints": [self.url]}
-        tls = self._tls_material
-        if tls is not None:
-            kwargs["ca_cert"] = str(tls.ca_cert)
-            if self._client_cert_auth:
-                kwargs["cert"] = str(tls.client_cert)
-                kwargs["key"] = str(tls.client_key)
-        if self._auth:
-            kwargs["user"] = "root"
-            kwargs["password"] = self._root_password
-        return kwargs
-
-    def grpc_credentials(self) -> Any:
-        """``grpc.ChannelCredentials`` for this server, or ``None`` without TLS.
-
-        Includes the client certificate when ``client_cert_auth`` is on.
-
-        Example::
-
-            creds = server.grpc_credentials()
-            channel = (
-                grpc.aio.secure_channel(server.endpoint, creds)
-                if creds else grpc.aio.insecure_channel(server.endpoint)
-            )
-        """
-        tls = self._tls_material
-        if tls is None:
-            return None
-        import grpc
-
-        if self._client_cert_auth:
-            return grpc.ssl_channel_credentials(
-                root_certificates=tls.ca_cert.read_bytes(),
-                private_key=tls.client_key.read_bytes(),
-                certificate_chain=tls.client_cert.read_bytes(),
-            )
-        return grpc.ssl_channel_credentials(root_certificates=tls.ca_cert.read_bytes())
-
-    def status(self, timeout: float = 2.0) -> Any:
-        """Call Maintenance ``Status`` over a short-lived sync gRPC channel.
-
-        Returns the raw ``etcdserverpb.StatusResponse`` (``leader``, ``header.member_id``,
-        ``raft_term``, ...). Raises ``grpc.RpcError`` when the server does not answer.
-
-        Example::
-
-            st = server.status()
-            is_leader = st.leader == st.header.member_id
-        """
-        import grpc
-        from aetcd import rpc
-
-        creds = self.grpc_credentials()
-        channel = (
-            grpc.secure_channel(self.endpoint, creds)
-            if creds is not None
-            else grpc.insecure_channel(self.endpoint)
-        )
-        try:
-            response = rpc.MaintenanceStub(channel).Status(rpc.StatusRequest(), timeout=timeout)
-        finally:
-            channel.close()
-        self._member_id = int(response.header.member_id)
-        return response
-
-    @property
-    def member_id(self) -> int:
-        """The raft member id (asks the server once, then cached).
-
-        Example::
-
-            assert cluster.leader().member_id == cluster.members[0].status().leader
-        """
-        if self._member_id is None:
-            self.status()
-        assert self._member_id is not None
-        return self._member_id
-
-    def etcdctl(
-        self,
-        *args: str,
-        timeout: float = 10.0,
-        user: str | None = None,
-        password: str | None = None,
-        input: str | None = None,
-        check: bool = False,
-    ) -> subprocess.CompletedProcess[str]:
-        """Run the real ``etcdctl`` (API v3) against this server and return the result.
-
-        ``--endpoints``, ``--cacert``/``--cert``/``--key`` and, with ``auth=True``,
-        ``--user root --password <root_password>`` are added. Pass ``user``/``password`` to
-        authenticate as someone else, or ``user=""`` to send no credentials. Output is captured
-        as text; ``check=True`` raises ``subprocess.CalledProcessError`` on a non-zero exit.
-
-        Example::
-
-            server.etcdctl("put", "/k", "v", check=True)
-            assert server.etcdctl("get", "/k", "--print-value-only").stdout == "v\\n"
-        """
-        if user is None and self._auth:
-            user, password = "root", self._root_password
-        tls = self._tls_material
-        return _run_etcdctl(
-            args,
-            endpoints=[self.url],
-            ca_cert=str(tls.ca_cert) if tls else None,
-            cert=str(tls.client_cert) if tls and self._client_cert_auth else None,
-            key=str(tls.client_key) if tls and self._client_cert_auth else None,
-            user=user or None,
-            password=password,
-            timeout=timeout,
-            input=input,
-            check=check,
-        )
-
-    def is_healthy(self, timeout: float = _HEALTH_PROBE_TIMEOUT) -> bool:
-        """Whether ``GET /health`` reports ``"true"`` (has a leader and serves reads).
-
-        Example::
-
-            assert server.is_healthy()
-        """
-        if self._client_port is None or not self.is_running:
-            return False
-        conn: http.client.HTTPConnection
-        if self._use_tls:
-            conn = http.client.HTTPSConnection(
-                "127.0.0.1", self._client_port, timeout=timeout, context=self._ssl_context()
-            )
-        else:
-            conn = http.client.HTTPConnection("127.0.0.1", self._client_port, timeout=timeout)
-        try:
-            conn.request("GET", "/health")
-            response = conn.getresponse()
-            body = response.read()
-        except (OSError, http.client.HTTPException):
-            return False
-        finally:
-            conn.close()
-        try:
-            return bool(json.loads(body).get("health") == "true")
-        except ValueError:
-            return False
-
     # ------------------------------------------------------------------ internals
-
-    def _ssl_context(self) -> ssl.SSLContext:
-        tls = self._tls_material
-        assert tls is not None
-        context = ssl.create_default_context(cafile=str(tls.ca_cert))
-        if self._client_cert_auth:
-            context.load_cert_chain(str(tls.client_cert), str(tls.client_key))
-        return context
 
     def _require_process(self) -> subprocess.Popen[bytes]:
         proc = self._state.proc
@@ -773,14 +397,14 @@ class EtcdServer:
         return proc
 
     def _end(self, *, graceful: bool) -> None:
-        _end_process(self._state, graceful=graceful)
+        end_process(self._state, graceful=graceful)
 
     def _prepare(self) -> None:
         """Create the temp dir, log file and certificates (first start only)."""
         state = self._state
         if state.temp_dir is not None:
             return
-        temp_dir = tempfile.mkdtemp(prefix="etcd-recipes-", dir=_temp_root())
+        temp_dir = tempfile.mkdtemp(prefix="etcd-recipes-", dir=temp_root())
         state.temp_dir = temp_dir
         root = Path(temp_dir)
         if self._user_data_dir is None:
@@ -788,7 +412,7 @@ class EtcdServer:
         else:
             self._user_data_dir.mkdir(parents=True, exist_ok=True)
         self._log_path = root / "etcd.log"
-        state.log = open(self._log_path, "ab")  # noqa: SIM115 - closed by _release
+        state.log = open(self._log_path, "ab")  # noqa: SIM115 - closed by release
         if self._use_tls:
             self._tls_material = TlsMaterial.generate(root / "tls")
 
@@ -822,7 +446,7 @@ class EtcdServer:
             "--unsafe-no-fsync",
             "--logger", "zap",
             "--log-level", "warn",
-            "--grpc-keepalive-min-time", _duration(self._keepalive_min_time),
+            "--grpc-keepalive-min-time", duration_flag(self._keepalive_min_time),
         ]  # fmt: skip
         if self._fast_election:
             cmd += ["--heartbeat-interval", "10", "--election-timeout", "100"]
@@ -841,7 +465,7 @@ class EtcdServer:
         """Launch the process (does not wait for readiness)."""
         self._prepare()
         if self._client_port is None or self._peer_port is None:
-            self._client_port, self._peer_port = _free_ports(2)
+            self._client_port, self._peer_port = free_ports(2)
         cmd = self._command()
         state = self._state
         log = state.log
@@ -859,7 +483,7 @@ class EtcdServer:
                 close_fds=True,
             )
             state.paused = False
-            _start_reaper(state.proc.pid, state.temp_dir)
+            start_reaper(state.proc.pid, state.temp_dir)
 
     def _log_tail(self) -> str:
         if self._log_path is None:
@@ -881,7 +505,7 @@ class EtcdServer:
         if rc is not None:
             tail = self._log_tail()
             if "address already in use" in tail:
-                raise _PortInUseError(
+                raise PortInUseError(
                     f"etcd {self._name} could not bind {self.endpoint} or "
                     f"{self.peer_url}: address already in use\n{tail}"
                 )
@@ -933,194 +557,3 @@ def _wait_all_ready(servers: Sequence[EtcdServer], deadline: float) -> None:
         if pending:
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
-
-
-# --------------------------------------------------------------------------- external server
-
-
-class ExternalEtcdServer:
-    """Stands in for :class:`EtcdServer` when tests run against a server they did not start.
-
-    Offers the same ``endpoint``/``url``/``client_kwargs()``/``etcdctl()``; process control
-    (``kill``, ``pause``, ``resume``, ``restart``) raises :class:`ExternalServerError`.
-    The pytest plugin builds one from ``ETCD_RECIPES_TEST_ENDPOINTS`` (see :meth:`from_env`).
-
-    Example::
-
-        server = ExternalEtcdServer(["https://10.0.0.5:2379"], ca_cert="/etc/ssl/etcd-ca.pem")
-        async with connect(**server.client_kwargs()) as client:
-            ...
-    """
-
-    #: Environment variables read by :meth:`from_env`.
-    ENV_ENDPOINTS = "ETCD_RECIPES_TEST_ENDPOINTS"
-    ENV_CA_CERT = "ETCD_RECIPES_TEST_CA_CERT"
-    ENV_CERT = "ETCD_RECIPES_TEST_CERT"
-    ENV_KEY = "ETCD_RECIPES_TEST_KEY"
-    ENV_USER = "ETCD_RECIPES_TEST_USER"
-    ENV_PASSWORD = "ETCD_RECIPES_TEST_PASSWORD"
-
-    def __init__(
-        self,
-        endpoints: Sequence[str],
-        *,
-        ca_cert: str | None = None,
-        cert: str | None = None,
-        key: str | None = None,
-        user: str | None = None,
-        password: str | None = None,
-    ) -> None:
-        cleaned = [e.strip() for e in endpoints if e.strip()]
-        if not cleaned:
-            raise InvalidArgumentError("ExternalEtcdServer needs at least one endpoint")
-        scheme = "https" if ca_cert or cert else "http"
-        self._urls = [e if "://" in e else f"{scheme}://{e}" for e in cleaned]
-        self._ca_cert = ca_cert
-        self._cert = cert
-        self._key = key
-        self._user = user
-        self._password = password
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> ExternalEtcdServer | None:
-        """Build one from ``ETCD_RECIPES_TEST_ENDPOINTS`` (comma separated), or return None.
-
-        Optional: ``ETCD_RECIPES_TEST_CA_CERT``, ``..._CERT``, ``..._KEY``, ``..._USER``,
-        ``..._PASSWORD``.
-
-        Example::
-
-            server = ExternalEtcdServer.from_env({"ETCD_RECIPES_TEST_ENDPOINTS": "h:2379"})
-            assert server is not None and server.endpoint == "h:2379"
-        """
-        env = os.environ if environ is None else environ
-        raw = env.get(cls.ENV_ENDPOINTS, "").strip()
-        if not raw:
-            return None
-        return cls(
-            raw.split(","),
-            ca_cert=env.get(cls.ENV_CA_CERT) or None,
-            cert=env.get(cls.ENV_CERT) or None,
-            key=env.get(cls.ENV_KEY) or None,
-            user=env.get(cls.ENV_USER) or None,
-            password=env.get(cls.ENV_PASSWORD) or None,
-        )
-
-    @property
-    def urls(self) -> list[str]:
-        """All configured endpoint URLs."""
-        return list(self._urls)
-
-    @property
-    def url(self) -> str:
-        """The first endpoint URL."""
-        return self._urls[0]
-
-    @property
-    def endpoint(self) -> str:
-        """The first endpoint as ``host:port`` (no scheme)."""
-        return self._urls[0].split("://", 1)[1].rstrip("/")
-
-    @property
-    def is_running(self) -> bool:
-        """Always ``True``: the external server is assumed to be up."""
-        return True
-
-    def client_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for :func:`etcd_recipes.client.connect`.
-
-        Example::
-
-            async with connect(**server.client_kwargs()) as client: ...
-        """
-        kwargs: dict[str, Any] = {"endpoints": list(self._urls)}
-        for name, value in (
-            ("ca_cert", self._ca_cert),
-            ("cert", self._cert),
-            ("key", self._key),
-            ("user", self._user),
-            ("password", self._password),
-        ):
-            if value is not None:
-                kwargs[name] = value
-        return kwargs
-
-    def etcdctl(
-        self,
-        *args: str,
-        timeout: float = 10.0,
-        user: str | None = None,
-        password: str | None = None,
-        input: str | None = None,
-        check: bool = False,
-    ) -> subprocess.CompletedProcess[str]:
-        """Run ``etcdctl`` against the external server (same contract as EtcdServer.etcdctl).
-
-        Example::
-
-            server.etcdctl("endpoint", "health", check=True)
-        """
-        if user is None:
-            user, password = self._user, self._password
-        return _run_etcdctl(
-            args,
-            endpoints=self._urls,
-            ca_cert=self._ca_cert,
-            cert=self._cert,
-            key=self._key,
-            user=user or None,
-            password=password,
-            timeout=timeout,
-            input=input,
-            check=check,
-        )
-
-    def _unsupported(self, what: str) -> None:
-        raise ExternalServerError(
-            f"{what}() is not possible on an external etcd server "
-            f"({self.ENV_ENDPOINTS} is set); this test needs a server started by the tests"
-        )
-
-    def start(self) -> ExternalEtcdServer:
-        """No-op (the server is external); returns ``self``."""
-        return self
-
-    def stop(self) -> None:
-        """No-op (the server is external)."""
-
-    def kill(self) -> None:
-        """Not possible: raises :class:`ExternalServerError`."""
-        self._unsupported("kill")
-
-    def pause(self) -> None:
-        """Not possible: raises :class:`ExternalServerError`."""
-        self._unsupported("pause")
-
-    def resume(self) -> None:
-        """Not possible: raises :class:`ExternalServerError`."""
-        self._unsupported("resume")
-
-    def restart(self) -> ExternalEtcdServer:
-        """Not possible: raises :class:`ExternalServerError`."""
-        self._unsupported("restart")
-        return self  # pragma: no cover
-
-    def __repr__(self) -> str:
-        return f"<ExternalEtcdServer {','.join(self._urls)}>"
-
-
-def _wait_stopped(pid: int, timeout: float = 2.0) -> None:
-    """SIGSTOP lands asynchronously: wait until every thread of ``pid`` shows state ``T``."""
-    deadline = time.monotonic() + timeout
-    task_dir = f"/proc/{pid}/task"
-    while time.monotonic() < deadline:
-        try:
-            states = []
-            for tid in os.listdir(task_dir):
-                with open(f"{task_dir}/{tid}/stat") as fh:
-                    states.append(fh.read().rsplit(")", 1)[1].split()[0])
-        except OSError:
-            return  # no /proc (not Linux) or the process is gone: nothing to wait for
-        if states and all(state in ("T", "t") for state in states):
-            return
-        time.sleep(0.002)

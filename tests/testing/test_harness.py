@@ -27,6 +27,7 @@ from etcd_recipes.testing import (
     ExternalServerError,
     TcpProxy,
     TlsMaterial,
+    _process,
     find_etcd_binary,
     find_etcdctl_binary,
 )
@@ -183,7 +184,7 @@ def test_port_conflict_is_retried_with_new_ports(monkeypatch: pytest.MonkeyPatch
     busy.bind(("127.0.0.1", 0))
     busy.listen()
     busy_port = busy.getsockname()[1]
-    real = server_mod._free_ports
+    real = _process.free_ports
     calls: list[int] = []
 
     def fake_free_ports(count: int) -> list[int]:
@@ -193,7 +194,7 @@ def test_port_conflict_is_retried_with_new_ports(monkeypatch: pytest.MonkeyPatch
             ports[0] = busy_port
         return ports
 
-    monkeypatch.setattr(server_mod, "_free_ports", fake_free_ports)
+    monkeypatch.setattr(server_mod, "free_ports", fake_free_ports)
     try:
         with EtcdServer() as server:
             assert len(calls) == 2
@@ -483,7 +484,7 @@ def test_a_forked_child_never_reaps_the_parents_server(server: EtcdServer) -> No
     state = server._state
     state.owner_pid = os.getpid() + 1  # pretend we are a forked child
     try:
-        server_mod._release(state)  # what the child's atexit would run
+        _process.release(state)  # what the child's atexit would run
         assert server.is_running
     finally:
         state.owner_pid = os.getpid()
@@ -531,3 +532,11 @@ def test_etcd_is_reaped_when_its_owner_dies_without_cleanup() -> None:
     while data_dir.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not data_dir.exists()
+
+
+def test_public_names_report_the_package_as_their_module() -> None:
+    import etcd_recipes.testing as testing
+
+    for name in testing.__all__:
+        assert getattr(testing, name).__module__ == "etcd_recipes.testing", name
+    assert server_mod.EtcdServer is EtcdServer  # the same object under both names
