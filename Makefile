@@ -27,7 +27,7 @@ check: lint typecheck gen-sync-check docs
 
 lint: $(STAMP)
 	$(BIN)/ruff check etcd_recipes tests tools benchmarks demo
-	$(BIN)/ruff format --check etcd_recipes tools demo
+	$(BIN)/ruff format --check etcd_recipes tools demo tests benchmarks
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -72,7 +72,7 @@ def test_every_generated_file_has_the_header() -> None:
         if rel != "__init__.py":
             assert first.startswith(f"{gen.MARKER} from etcd_recipes/"), rel
         assert first.endswith(" — do not edit")
-    for hand_written in ("_runtime.py", "_callbacks.py", "_twin.py"):
+    for hand_written in ("_runtime.py", "_calls.py", "_callbacks.py", "_twin.py"):
         text = (ROOT / "etcd_recipes" / "sync" / hand_written).read_text()
         assert not text.startswith(gen.MARKER)
 

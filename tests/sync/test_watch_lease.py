@@ -31,8 +31,10 @@ def test_for_loop_over_a_watch(client: EtcdClient, etcd_prefix: str) -> None:
     rev = client.range(etcd_prefix, prefix=True, count_only=True).revision
     with client.watch(etcd_prefix, prefix=True, start_revision=rev + 1, prev_kv=True) as watch:
         writer = threading.Thread(
-            target=lambda: [client.put(etcd_prefix + "a", str(i)) for i in range(3)]
-            + [client.delete(etcd_prefix + "a")]
+            target=lambda: (
+                [client.put(etcd_prefix + "a", str(i)) for i in range(3)]
+                + [client.delete(etcd_prefix + "a")]
+            )
         )
         writer.start()
         seen: list[WatchEvent] = []
@@ -138,9 +140,7 @@ def test_listener_errors_are_logged(client: EtcdClient, caplog: pytest.LogCaptur
     assert "listener bug" in caplog.text
 
 
-def test_self_healing_hook_calls_back_into_the_facade(
-    client: EtcdClient, etcd_prefix: str
-) -> None:
+def test_self_healing_hook_calls_back_into_the_facade(client: EtcdClient, etcd_prefix: str) -> None:
     key = etcd_prefix + "me"
     hook_threads: list[threading.Thread] = []
     events: list[LeaseEvent] = []
