@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from types import TracebackType
@@ -164,6 +165,11 @@ class Recipe:
 
     async def _do_close(self) -> None:
         """Subclass hook: release held keys and leases."""
+
+    def _record_latency(self, name: str, started: float) -> None:
+        """Report ``time.monotonic() - started`` seconds as latency ``name`` to the client's
+        metrics sink (the one way recipes record a wait)."""
+        self._client.resilience.metrics.record_latency(name, time.monotonic() - started)
 
     def _check_open(self) -> None:
         if self._lifecycle == "closed":

@@ -213,9 +213,7 @@ class _Candidate(Recipe):
                     await asyncio.sleep(delay or 1.0)
                     continue
                 if term is not None:  # the lease now belongs to the term
-                    self._client.resilience.metrics.record_latency(
-                        "election.campaign", time.monotonic() - started
-                    )
+                    self._record_latency("election.campaign", started)
                     return term
                 failures = 0
 

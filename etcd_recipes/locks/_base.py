@@ -158,8 +158,7 @@ class _LockBase(ABC):
                 raise RecipeClosedError(f"{self._name}: the acquisition was aborted by aclose()")
             return False
         self._adopt(task, held)
-        metrics = self._recipe._client.resilience.metrics
-        metrics.record_latency("lock.acquire", time.monotonic() - started)
+        self._recipe._record_latency("lock.acquire", started)
         return True
 
     async def _admit(self) -> _Held:

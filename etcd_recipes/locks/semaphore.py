@@ -269,9 +269,7 @@ class DistributedSemaphore(Recipe):
                 raise RecipeClosedError(f"{self.exception_context}: aborted by aclose()")
             return None
         held.views.append(self)
-        self._client.resilience.metrics.record_latency(
-            "semaphore.acquire", time.monotonic() - started
-        )
+        self._record_latency("semaphore.acquire", started)
         return _Permit(held)
 
     async def _validate(self) -> None:

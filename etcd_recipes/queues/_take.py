@@ -88,11 +88,6 @@ def check_batch(values: Iterable[object]) -> list[object]:
     return list(values)
 
 
-def record_latency(client: EtcdClient, name: str, started: float) -> None:
-    """The one place queues report latency: call -> item in hand, waiting included."""
-    client.resilience.metrics.record_latency(name, time.monotonic() - started)
-
-
 def retrieve(task: asyncio.Future[Any]) -> None:
     if not task.cancelled():
         task.exception()
@@ -402,7 +397,7 @@ class TakeQueue(Recipe, Generic[ValueT]):
                 if self._cacheable:
                     self._cache = window[level + 1 :]
                 if wait:
-                    record_latency(self._client, self._metric, started)
+                    self._record_latency(self._metric, started)
                 return deleted.prev_kvs[0].value
             # Every candidate was gone: the innermost failure branch re-read the head.
             fresh = reached.responses[0]

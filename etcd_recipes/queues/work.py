@@ -112,7 +112,6 @@ from ._take import (
     encode,
     key_millis,
     now_millis,
-    record_latency,
 )
 from .config import WorkQueueConfig
 from .dead_letters import DeadLetter, _list_dead, _purge_dead, _requeue_dead
@@ -440,7 +439,7 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
                 outcome = await self._claim(snap.items, deadline)
                 if isinstance(outcome, WorkItem):
                     if wait:
-                        record_latency(self._client, _METRIC, started)
+                        self._record_latency(_METRIC, started)
                     return outcome
                 if outcome is None:
                     return None  # the deadline passed while the consumer lease was healing
