@@ -335,9 +335,3 @@ class Plan:
 def out_name(module: str) -> str:
     """``etcd_recipes.locks.mutex`` -> ``etcd_recipes.sync.locks.mutex``."""
     return f"{PACKAGE}.sync.{module.removeprefix(PACKAGE + '.')}"
-
-
-def out_path(module: str, is_package: bool) -> str:
-    """The generated file for ``module``, relative to the output directory."""
-    rel = module.removeprefix(PACKAGE + ".").replace(".", "/")
-    return f"{rel}/__init__.py" if is_package else f"{rel}.py"
