@@ -51,21 +51,17 @@ class Index:
 
     def module(self, name: str) -> Module | None:
         if name not in self._modules:
-            self._modules[name] = self._load(name)
+            self._modules[name] = None
+            rel = name.replace(".", "/")
+            for path in (
+                (f"{rel}.py", f"{rel}/__init__.py") if name.split(".")[0] == PACKAGE else ()
+            ):
+                if (file := self.root / path).is_file():
+                    source = file.read_text(encoding="utf-8")
+                    mod = self._modules[name] = Module(name, path, source, ast.parse(source, path))
+                    _index_module(mod, mod.tree.body)
+                    break
         return self._modules[name]
-
-    def _load(self, name: str) -> Module | None:
-        if name != PACKAGE and not name.startswith(PACKAGE + "."):
-            return None
-        rel = name.replace(".", "/")
-        for candidate in (f"{rel}.py", f"{rel}/__init__.py"):
-            file = self.root / candidate
-            if file.is_file():
-                source = file.read_text(encoding="utf-8")
-                mod = Module(name, candidate, source, ast.parse(source, candidate))
-                _index_module(mod, mod.tree.body)
-                return mod
-        return None
 
     def definition(self, canon: Canon) -> tuple[Module, ast.stmt] | None:
         mod = self.module(canon[0])
@@ -118,12 +114,15 @@ class Index:
 
         ``__all__`` must be exactly the union of those names (and nothing is imported twice).
         """
-        mod = self.module(PACKAGE)
-        if mod is None:
+        if (mod := self.module(PACKAGE)) is None:
             raise GenError(f"no {EXPORTS} under {self.root}")
         found: list[tuple[str, list[str]]] = []
         seen: list[str] = []
-        declared: list[str] | None = None
+        if not isinstance(all_ := mod.defs.get("__all__"), ast.Assign):
+            raise GenError(f"{EXPORTS}: no __all__")
+        if not isinstance(all_.value, (ast.List, ast.Tuple)):
+            raise GenError(f"{EXPORTS}: __all__ must be a literal list")
+        declared = [ast.literal_eval(e) for e in all_.value.elts]
         for stmt in mod.tree.body:
             if isinstance(stmt, ast.ImportFrom) and stmt.level:
                 names = [a.asname or a.name for a in stmt.names]
@@ -131,14 +130,6 @@ class Index:
                     raise GenError(f"{EXPORTS}: exports must not be renamed ({names})")
                 found.append((mod.absolute(stmt), names))
                 seen += names
-            elif isinstance(stmt, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "__all__" for t in stmt.targets
-            ):
-                if not isinstance(stmt.value, (ast.List, ast.Tuple)):
-                    raise GenError(f"{EXPORTS}: __all__ must be a literal list")
-                declared = [ast.literal_eval(e) for e in stmt.value.elts]
-        if declared is None:
-            raise GenError(f"{EXPORTS}: no __all__")
         twice = sorted({n for n in seen if seen.count(n) > 1})
         if twice or set(declared) != set(seen) or len(declared) != len(set(declared)):
             extra, missing = sorted(set(declared) - set(seen)), sorted(set(seen) - set(declared))
@@ -174,55 +165,40 @@ def _index_module(mod: Module, body: Iterable[ast.stmt]) -> None:
             _index_module(mod, stmt.body)
 
 
-# ---------------------------------------------------------------- small AST helpers
-
-
 def decorators(fn: Func) -> list[str]:
     return [ast.unparse(d.func if isinstance(d, ast.Call) else d) for d in fn.decorator_list]
 
 
 def doc_segment(body: list[ast.stmt], ctx: Module) -> str | None:
-    first = body[0] if body else None
-    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-        return (
-            ast.get_source_segment(ctx.source, first.value)
-            if isinstance(first.value.value, str)
-            else None
-        )
+    first = body[0].value if body and isinstance(body[0], ast.Expr) else None
+    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+        return ast.get_source_segment(ctx.source, first)
     return None
 
 
 def is_async_generator(fn: Func) -> bool:
-    def walk(nodes: Iterable[ast.AST]) -> bool:
-        for node in nodes:
-            if isinstance(node, (ast.Yield, ast.YieldFrom)):
-                return True
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                continue
-            if walk(ast.iter_child_nodes(node)):
-                return True
-        return False
-
-    return isinstance(fn, ast.AsyncFunctionDef) and walk(fn.body)
+    nodes: list[ast.AST] = list(fn.body) if isinstance(fn, ast.AsyncFunctionDef) else []
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, (ast.Yield, ast.YieldFrom)):
+            return True
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            nodes += ast.iter_child_nodes(node)
+    return False
 
 
 def returns_self(fn: Func) -> bool:
     body = [s for s in fn.body if not isinstance(s, ast.Expr)]
-    return (
-        len(body) == 1
-        and isinstance(body[0], ast.Return)
-        and isinstance(body[0].value, ast.Name)
-        and body[0].value.id == "self"
-    )
+    ret = body[0] if len(body) == 1 and isinstance(body[0], ast.Return) else None
+    return ret is not None and isinstance(ret.value, ast.Name) and ret.value.id == "self"
 
 
 def split_optional(node: ast.expr) -> tuple[ast.expr, bool]:
     """``X | None`` / ``None | X`` -> (X, True); anything else -> (node, False)."""
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
-        if is_none(node.right):
-            return node.left, True
-        if is_none(node.left):
-            return node.right, True
+        for this, other in ((node.left, node.right), (node.right, node.left)):
+            if is_none(other):
+                return this, True
     return node, False
 
 
