@@ -75,34 +75,20 @@ class Plan:
                 changed = True
                 candidates += self.referenced(canon)
 
-    # ---------------------------------------------------------------- classification
-
     def referenced(self, canon: Canon) -> list[Canon]:
         """Public package classes named by the public signatures of a class (and of its
         private bases) or of a function: candidates for implicit twins."""
-        found = self.index.definition(canon)
-        if found is None:
+        if (found := self.index.definition(canon)) is None:
             return []
         mod, node = found
-        anns: list[ast.expr | None] = []
+        out: list[Canon] = []
+        fns = [node] if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else []
         if isinstance(node, ast.ClassDef):
-            for stmt in node.body:
-                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
-                    stmt.name in SPECIAL - {"__init__"} or not stmt.name.startswith("_")
-                ):
-                    a = stmt.args
-                    anns += [x.annotation for x in [*a.args, *a.kwonlyargs]]
-                    anns.append(stmt.returns)
-            out: list[Canon] = []
-            for base in node.bases:
-                target = base.value if isinstance(base, ast.Subscript) else base
-                base_canon = self.index.canon_of(target, mod)
-                if base_canon is not None and base_canon[1].startswith("_"):
-                    out += self.referenced(base_canon)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            anns += [x.annotation for x in [*node.args.args, *node.args.kwonlyargs]]
-            anns.append(node.returns)
-            out = []
+            fns = [f for f in public_methods(node) if f.name != "__init__"]
+            for base in self.bases(node, mod):
+                out += self.referenced(base) if base[1].startswith("_") else []
+        anns = [x.annotation for f in fns for x in [*f.args.args, *f.args.kwonlyargs]]
+        anns += [f.returns for f in fns]
         for ann in anns:
             for name in ast.walk(ann) if ann is not None else ():
                 ref = self.index.canon_of(name, mod) if isinstance(name, ast.expr) else None
@@ -117,25 +103,22 @@ class Plan:
     def typevar(self, canon: Canon) -> ast.Call | None:
         """The ``TypeVar(...)`` call that defines ``canon``, if it is a TypeVar."""
         found = self.index.definition(canon)
-        if found is None or not isinstance(found[1], ast.Assign):
-            return None
-        call = found[1].value
-        if isinstance(call, ast.Call) and self.index.canon_of(call.func, found[0]) in (
-            ("typing", "TypeVar"),
-            ("typing_extensions", "TypeVar"),
+        call = found[1].value if found and isinstance(found[1], ast.Assign) else None
+        if (
+            isinstance(call, ast.Call)
+            and found
+            and self.index.is_abc(call.func, found[0], "TypeVar")
         ):
             return call
         return None
 
     def twin_bound(self, canon: Canon) -> Canon | None:
         """For ``R = TypeVar("R", bound="Recipe")`` with a twinned bound: that bound."""
-        call = self.typevar(canon)
-        mod = self.index.module(canon[0])
+        call, mod = self.typevar(canon), self.index.module(canon[0])
         for kw in call.keywords if call is not None and mod is not None else ():
-            if kw.arg == "bound" and mod is not None:
-                target = self.index.canon_of(kw.value, mod)
-                if target in self.twins:
-                    return target
+            target = self.index.canon_of(kw.value, mod) if kw.arg == "bound" and mod else None
+            if target is not None and target in self.twins:
+                return target
         return None
 
     def has_async_api(self, canon: Canon) -> bool:
@@ -148,24 +131,17 @@ class Plan:
         if found is None or not isinstance(found[1], ast.ClassDef):
             return False
         mod, node = found[0], found[1]
-        for stmt in node.body:
-            if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            if stmt.name.startswith("_") and stmt.name not in SPECIAL:
-                continue
+        for stmt in public_methods(node):
             if isinstance(stmt, ast.AsyncFunctionDef) or self.async_type(stmt.returns, mod):
                 return True
-        for base in node.bases:
-            target = base.value if isinstance(base, ast.Subscript) else base
-            base_canon = self.index.canon_of(target, mod)
-            if (
-                base_canon is not None
-                and base_canon[0].startswith(PACKAGE + ".")
-                and base_canon != canon
-                and self.has_async_api(base_canon)
-            ):
-                return True
-        return False
+        return any(
+            b[0].startswith(PACKAGE + ".") and b != canon and self.has_async_api(b)
+            for b in self.bases(node, mod)
+        )
+
+    def bases(self, node: ast.ClassDef, mod: Module) -> list[Canon]:
+        targets = [b.value if isinstance(b, ast.Subscript) else b for b in node.bases]
+        return [c for t in targets if (c := self.index.canon_of(t, mod)) is not None]
 
     def async_type(self, node: ast.expr | None, ctx: Module) -> bool:
         """Whether ``node`` names an async iterator/context manager/awaitable type."""
@@ -180,18 +156,15 @@ class Plan:
         for sub in ast.walk(node) if node is not None and ctx is not None else ():
             if not isinstance(sub, (ast.Name, ast.Constant, ast.Attribute)) or ctx is None:
                 continue
-            canon = self.index.canon_of(sub, ctx)
-            if canon is None:
+            if (canon := self.index.canon_of(sub, ctx)) is None:
                 continue
-            if canon in self.twins or self.twin_bound(canon) is not None:
+            if self.is_twin(canon) or (
+                canon[0] in (*ABC, "contextlib") and canon[1] in ASYNC_TYPES
+            ):
                 return canon[1]
             if canon[0].startswith(PACKAGE + ".") and self.has_async_api(canon):
                 return canon[1]
-            if canon[0] in (*ABC, "contextlib") and canon[1] in ASYNC_TYPES:
-                return canon[1]
         return None
-
-    # ---------------------------------------------------------------- what goes where
 
     def modules(self) -> dict[str, list[str]]:
         """Source module -> its twinned names, in source order (bases before subclasses)."""
@@ -205,8 +178,6 @@ class Plan:
             canons = sorted(by_module[module], key=lambda c: mod.defs[c[1]].lineno)
             out[module] = [c[1] for c in canons]
         return out
-
-    # ---------------------------------------------------------------- class analysis
 
     def plan(self, mod: Module, node: ast.ClassDef) -> ClassPlan:
         """The members of a twinned class: its own, then those of its private bases (flattened);
@@ -335,3 +306,13 @@ class Plan:
 def out_name(module: str) -> str:
     """``etcd_recipes.locks.mutex`` -> ``etcd_recipes.sync.locks.mutex``."""
     return f"{PACKAGE}.sync.{module.removeprefix(PACKAGE + '.')}"
+
+
+def public_methods(node: ast.ClassDef) -> list[Func]:
+    """The public and twinned dunder methods defined in ``node``'s body."""
+    return [
+        f
+        for f in node.body
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and (f.name in SPECIAL or not f.name.startswith("_"))
+    ]
