@@ -225,16 +225,8 @@ class Writer:
         name = self.need(module, wrapper)
         return Conversion(kind, f"{name}[{self.text(element, ctx)}]", False, twinned)
 
-
-class Emitter:
-    """Text of every generated module of one :class:`Plan`."""
-
-    def __init__(self, plan: Plan) -> None:
-        self.plan = plan
-        self.usage = plan.usage
-
     def doc(self, text: str | None, level: int) -> list[str]:
-        return [ind(level) + self.usage.doc(text)] if text else []
+        return [ind(level) + self.plan.usage.doc(text)] if text else []
 
     def head(
         self, name: str, params: list[str], returns: str | None, fn: Func, ctx: Module, level: int
@@ -244,60 +236,7 @@ class Emitter:
             ix.doc_segment(fn.body, ctx), level + 1
         )
 
-    # ---------------------------------------------------------------- modules
-
-    def module_text(self, mod: Module, names: list[str]) -> str:
-        w = Writer(self.plan, mod)
-        body: list[str] = []
-        for name in names:
-            node = mod.defs[name]
-            body += ["", ""]
-            if isinstance(node, ast.ClassDef):
-                body += self.class_text(w, self.plan.plan(mod, node))
-            else:
-                assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-                body += self.function_text(w, node, mod)
-        typevars = w.typevar_lines()
-        tc = {m: n - w.imports.get(m, set()) for m, n in w.tc_imports.items()}
-        tc = {m: n for m, n in tc.items() if n}
-        if tc:
-            w.need("typing", "TYPE_CHECKING")
-        package, _, leaf = mod.name.rpartition(".")
-        if package in w.imports:
-            raise GenError(f"{w.out_module}: would import from {package} twice")
-        head = [
-            HEADER.format(source=mod.path),
-            f'"""Blocking twin of :mod:`{mod.name}` (see :mod:`etcd_recipes.sync`)."""',
-            "",
-            "from __future__ import annotations",
-            "",
-            f"from {package} import {leaf} as _async",
-            *imports(w.imports, 0),
-        ]
-        if tc:
-            head += ["", "if TYPE_CHECKING:", *imports(tc, 1)]
-        head += ["", f"__all__ = {sorted(names)!r}", "", *typevars]
-        return "\n".join(head + body) + "\n"
-
-    def package_text(self) -> str:
-        exports: dict[str, set[str]] = {}
-        for name, canon in self.plan.exports.items():
-            module = self.plan.twins.get(canon, canon[0])
-            if canon in self.plan.functions:
-                module = out_name(canon[0])
-            exports.setdefault(module, set()).add(name)
-        for module, name in SYNC_ONLY:
-            exports.setdefault(module, set()).add(name)
-        every = sorted({*self.plan.exports, *(n for _, n in SYNC_ONLY)})
-        lines = [HEADER.format(source="the export list etcd_recipes/__init__.py"), PACKAGE_DOC]
-        body = [*lines, *imports(exports, 0), f"__all__ = {every!r}", PACKAGE_TAIL]
-        return "\n".join(body) + "\n"
-
-    # ---------------------------------------------------------------- functions
-
-    def signature(
-        self, w: Writer, fn: Func, ctx: Module, rt: str
-    ) -> tuple[list[str], list[str], str | None]:
+    def signature(self, fn: Func, ctx: Module, rt: str) -> tuple[list[str], list[str], str | None]:
         """(sync parameter texts, call argument texts, runtime parameter) of ``fn``."""
         a = fn.args
         params: list[str] = []
@@ -309,10 +248,10 @@ class Emitter:
 
         def one(arg: ast.arg, default: ast.expr | None, keyword: bool) -> None:
             nonlocal runtime
-            conv = w.param(arg.annotation, ctx)
+            conv = self.param(arg.annotation, ctx)
             text = arg.arg + (f": {conv.annotation}" if conv.annotation is not None else "")
             if default is not None:
-                text += ("=" if conv.annotation is None else " = ") + w.text(default, ctx)
+                text += ("=" if conv.annotation is None else " = ") + self.text(default, ctx)
             params.append(text)
             value = arg.arg
             if conv.kind == "unwrap":
@@ -328,7 +267,7 @@ class Emitter:
         for i, (arg, default) in enumerate(zip(positional, defaults)):
             if i == 0 and arg.arg in ("self", "cls"):
                 params.append(
-                    arg.arg + (f": {w.text(arg.annotation, ctx)}" if arg.annotation else "")
+                    arg.arg + (f": {self.text(arg.annotation, ctx)}" if arg.annotation else "")
                 )
             else:
                 one(arg, default, False)
@@ -342,7 +281,7 @@ class Emitter:
                 if star == "*" and a.kwonlyargs:
                     params.append("*")
                 continue
-            conv = w.param(extra.annotation, ctx)
+            conv = self.param(extra.annotation, ctx)
             if conv.kind != "plain":
                 raise GenError(f"{ctx.path}: {star}{extra.arg} must be plainly typed")
             params.append(
@@ -351,26 +290,26 @@ class Emitter:
             args.append(f"{star}{extra.arg}")
         return params, args, runtime
 
-    def runtime_param(self, w: Writer, fn: Func, ctx: Module) -> str | None:
+    def runtime_param(self, fn: Func, ctx: Module) -> str | None:
         """The first required parameter typed with a twinned class: its runtime is used."""
         a = fn.args
         for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
             if arg.annotation is None or arg.arg in ("self", "cls"):
                 continue
             inner, optional = ix.split_optional(arg.annotation)
-            if not optional and self.plan.is_twin(self.plan.index.canon_of(inner, ctx)):
+            if not optional and self.plan.is_twin(self.index.canon_of(inner, ctx)):
                 return arg.arg
         return None
 
     def function_text(
-        self, w: Writer, fn: Func, ctx: Module, target: str | None = None, level: int = 0
+        self, fn: Func, ctx: Module, target: str | None = None, level: int = 0
     ) -> list[str]:
         """A function (or static method): forwards on its client's runtime, or starts one."""
         target = target or f"_async.{fn.name}"
-        runtime = self.runtime_param(w, fn, ctx)
+        runtime = self.runtime_param(fn, ctx)
         rt = "runtime" if runtime is None else f"{runtime}._rt"  # the twinned argument's
-        params, args, runtime = self.signature(w, fn, ctx, rt)
-        result = w.result(fn.returns, ctx)
+        params, args, runtime = self.signature(fn, ctx, rt)
+        result = self.result(fn.returns, ctx)
         x = suffix(params)
         lines = self.head(fn.name, params, result.annotation, fn, ctx, level)
         is_async = isinstance(fn, ast.AsyncFunctionDef) and not ix.is_async_generator(fn)
@@ -380,7 +319,7 @@ class Emitter:
                     f"{ctx.path}: {fn.name}() takes no twinned argument, so it must return a "
                     "twinned object (a new client that owns its runtime)"
                 )
-            w.need("etcd_recipes.sync._runtime", "Runtime")
+            self.need("etcd_recipes.sync._runtime", "Runtime")
             factory = "Runtime.create_awaiting" if is_async else "Runtime.create"
             lines += call(factory, [target, *args], level + 1, f"runtime{x}, value{x} = ")
             lines.append(
@@ -388,11 +327,10 @@ class Emitter:
             )
             return [*lines, f"{ind(level + 1)}return result{x}"]
         func = f"{runtime}._rt.{'call' if is_async else 'call_sync'}"
-        return lines + self.forward(w, result, func, [target, *args], runtime, level + 1, x)
+        return lines + self.forward(result, func, [target, *args], runtime, level + 1, x)
 
     def forward(
         self,
-        w: Writer,
         result: Conversion,
         func: str,
         args: list[str],
@@ -408,7 +346,9 @@ class Emitter:
         lines = call(func, args, level, f"value{x} = ")
         wrapped = f"{owner}._twin(value{x})"
         if result.kind != "twin":
-            helper = w.need(TWIN, "SyncContextManager" if result.kind == "cm" else "SyncIterator")
+            helper = self.need(
+                TWIN, "SyncContextManager" if result.kind == "cm" else "SyncIterator"
+            )
             convert = f", {owner}._twin" if result.element_twinned else ""
             wrapped = f"{helper}({owner}._rt, value{x}{convert})"
         return [
@@ -417,57 +357,57 @@ class Emitter:
             f"{ind(level)}return result{x}",
         ]
 
-    # ---------------------------------------------------------------- classes
-
-    def class_text(self, w: Writer, plan: ClassPlan) -> list[str]:
+    def class_text(self, plan: ClassPlan) -> list[str]:
         ctx = plan.ctx
-        bases = [w.need(self.plan.twins[c], c[1]) for c in plan.twinned_bases]
-        bases = bases or [w.need(TWIN, "SyncTwin")]
-        params = ", ".join(w.text(p, ctx) for p in plan.type_params)
+        bases = [self.need(self.plan.twins[c], c[1]) for c in plan.twinned_bases]
+        bases = bases or [self.need(TWIN, "SyncTwin")]
+        params = ", ".join(self.text(p, ctx) for p in plan.type_params)
         if params:
-            bases.append(f"{w.need('typing', 'Generic')}[{params}]")
+            bases.append(f"{self.need('typing', 'Generic')}[{params}]")
         lines = [f"class {plan.name}({', '.join(bases)}, twin_of=_async.{plan.name}):"]
         lines += self.doc(ix.doc_segment(plan.node.body, ctx), 1)
         lines.append(f"{ind(1)}_a: _async.{plan.name}{f'[{params}]' if params else ''}")
         if plan.init is not None:
-            lines += self.init_text(w, plan)
+            lines += self.init_text(plan)
         has_next = any(m.name == "__anext__" for m in plan.members)
         for member in plan.members:
-            lines += self.member_text(w, plan, member, has_next)
+            lines += self.member_text(plan, member, has_next)
         return lines
 
-    def init_text(self, w: Writer, plan: ClassPlan) -> list[str]:
+    def init_text(self, plan: ClassPlan) -> list[str]:
         """A constructor for classes built on a twinned object (recipes take ``client``)."""
         assert plan.init is not None
         fn, ctx, overloads = plan.init
-        runtime = self.runtime_param(w, fn, ctx)
+        runtime = self.runtime_param(fn, ctx)
         if runtime is None:
             return []  # created by factories only (SyncTwin.__init__ explains that)
-        params, args, _ = self.signature(w, fn, ctx, f"{runtime}._rt")
-        lines = self.overload_stubs(w, overloads, "__init__", ctx)
+        params, args, _ = self.signature(fn, ctx, f"{runtime}._rt")
+        lines = self.overload_stubs(overloads, "__init__", ctx)
         lines += self.head("__init__", params, "None", fn, ctx, 1)
         x = suffix(params)
         lines += call(f"{runtime}._rt.call_sync", [f"_async.{plan.name}", *args], 2, f"value{x} = ")
         return [*lines, f"{ind(2)}self._bind({runtime}._rt, value{x}, {runtime}._owner())"]
 
     def overload_stubs(
-        self, w: Writer, overloads: list[Func], name: str, ctx: Module, *, cm: bool = False
+        self, overloads: list[Func], name: str, ctx: Module, *, cm: bool = False
     ) -> list[str]:
         lines: list[str] = []
         for fn in overloads:
-            params, _, _ = self.signature(w, fn, ctx, "self._rt")
-            returns = "None" if name == "__init__" else w.result(fn.returns, ctx, cm=cm).annotation
-            lines.append(f"{ind(1)}@{w.need('typing', 'overload')}")
+            params, _, _ = self.signature(fn, ctx, "self._rt")
+            returns = (
+                "None" if name == "__init__" else self.result(fn.returns, ctx, cm=cm).annotation
+            )
+            lines.append(f"{ind(1)}@{self.need('typing', 'overload')}")
             lines += define(name, params, returns, 1)
             lines[-1] += " ..."
         return lines
 
-    def member_text(self, w: Writer, plan: ClassPlan, m: Member, has_next: bool) -> list[str]:
+    def member_text(self, plan: ClassPlan, m: Member, has_next: bool) -> list[str]:
         ctx = m.ctx
         if m.kind in ("property", "attribute"):
-            return self.property_text(w, m)
+            return self.property_text(m)
         if m.kind == "classattr":
-            ann = f": {w.text(m.annotation, ctx)}" if m.annotation is not None else ""
+            ann = f": {self.text(m.annotation, ctx)}" if m.annotation is not None else ""
             return [f"{ind(1)}{m.name}{ann} = _async.{plan.name}.{m.name}"]
         fn = m.node
         assert isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -479,16 +419,16 @@ class Emitter:
             raise GenError(f"{ctx.path}: cannot twin {plan.name}.{m.name} decorated with {decs}")
         if static:
             target = f"_async.{plan.name}.{m.name}"
-            return [f"{ind(1)}@{decs[0]}", *self.function_text(w, fn, ctx, target, 1)]
-        name = self.usage.rename(m.name)
-        params, args, _ = self.signature(w, fn, ctx, "self._rt")
+            return [f"{ind(1)}@{decs[0]}", *self.function_text(fn, ctx, target, 1)]
+        name = self.plan.usage.rename(m.name)
+        params, args, _ = self.signature(fn, ctx, "self._rt")
         if m.name == "__aiter__" and has_next and ix.returns_self(fn):
             return [
-                *define(name, params, w.result(fn.returns, ctx).annotation, 1),
+                *define(name, params, self.result(fn.returns, ctx).annotation, 1),
                 f"{ind(2)}return self",
             ]
-        result = w.result(fn.returns, ctx, cm=acm)
-        lines = self.overload_stubs(w, m.overloads, name, ctx, cm=acm)
+        result = self.result(fn.returns, ctx, cm=acm)
+        lines = self.overload_stubs(m.overloads, name, ctx, cm=acm)
         lines += self.head(name, params, result.annotation, fn, ctx, 1)
         x = suffix(params)
         if m.name == "__aenter__":
@@ -509,14 +449,14 @@ class Emitter:
             return lines + [ind(2) + line for line in body]
         if m.name == "__anext__":
             anext = ["self._a.__anext__"]
-            return lines + self.forward(w, result, "self._rt.next", anext, "self", 2, "")
+            return lines + self.forward(result, "self._rt.next", anext, "self", 2, "")
         is_async = isinstance(fn, ast.AsyncFunctionDef) and not ix.is_async_generator(fn)
         if is_async and result.kind in ("iter", "cm"):
             raise GenError(f"{ctx.path}: async {m.name} returning {result.annotation}")
         method = "self._rt.call" if is_async else "self._rt.call_sync"
-        return lines + self.forward(w, result, method, [f"self._a.{m.name}", *args], "self", 2, x)
+        return lines + self.forward(result, method, [f"self._a.{m.name}", *args], "self", 2, x)
 
-    def property_text(self, w: Writer, m: Member) -> list[str]:
+    def property_text(self, m: Member) -> list[str]:
         ctx = m.ctx
         if m.kind == "property":
             fn = m.node
@@ -526,7 +466,7 @@ class Emitter:
             ann, doc = fn.returns, ix.doc_segment(fn.body, ctx)
         else:
             ann, doc = m.annotation, m.doc
-        result = w.result(ann, m.ann_ctx or ctx)
+        result = self.result(ann, m.ann_ctx or ctx)
         if result.kind in ("iter", "cm", "none"):
             raise GenError(f"{ctx.path}: cannot twin the property {m.name}: {result.annotation}")
         lines = [
@@ -535,7 +475,58 @@ class Emitter:
             *self.doc(doc, 2),
         ]
         read = f"lambda: self._a.{m.name}"
-        return lines + self.forward(w, result, "self._rt.call_sync", [read], "self", 2, "")
+        return lines + self.forward(result, "self._rt.call_sync", [read], "self", 2, "")
+
+
+def module_text(plan: Plan, mod: Module, names: list[str]) -> str:
+    """The text of the twin of ``mod`` defining ``names`` (unformatted)."""
+    w = Writer(plan, mod)
+    body: list[str] = []
+    for name in names:
+        node = mod.defs[name]
+        body += ["", ""]
+        if isinstance(node, ast.ClassDef):
+            body += w.class_text(plan.plan(mod, node))
+        else:
+            assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            body += w.function_text(node, mod)
+    typevars = w.typevar_lines()
+    tc = {m: n - w.imports.get(m, set()) for m, n in w.tc_imports.items()}
+    tc = {m: n for m, n in tc.items() if n}
+    if tc:
+        w.need("typing", "TYPE_CHECKING")
+    package, _, leaf = mod.name.rpartition(".")
+    if package in w.imports:
+        raise GenError(f"{w.out_module}: would import from {package} twice")
+    head = [
+        HEADER.format(source=mod.path),
+        f'"""Blocking twin of :mod:`{mod.name}` (see :mod:`etcd_recipes.sync`)."""',
+        "",
+        "from __future__ import annotations",
+        "",
+        f"from {package} import {leaf} as _async",
+        *imports(w.imports, 0),
+    ]
+    if tc:
+        head += ["", "if TYPE_CHECKING:", *imports(tc, 1)]
+    head += ["", f"__all__ = {sorted(names)!r}", "", *typevars]
+    return "\n".join(head + body) + "\n"
+
+
+def package_text(plan: Plan) -> str:
+    """The text of ``etcd_recipes/sync/__init__.py`` (unformatted)."""
+    exports: dict[str, set[str]] = {}
+    for name, canon in plan.exports.items():
+        module = plan.twins.get(canon, canon[0])
+        if canon in plan.functions:
+            module = out_name(canon[0])
+        exports.setdefault(module, set()).add(name)
+    for module, name in SYNC_ONLY:
+        exports.setdefault(module, set()).add(name)
+    every = sorted({*plan.exports, *(n for _, n in SYNC_ONLY)})
+    lines = [HEADER.format(source="the export list etcd_recipes/__init__.py"), PACKAGE_DOC]
+    body = [*lines, *imports(exports, 0), f"__all__ = {every!r}", PACKAGE_TAIL]
+    return "\n".join(body) + "\n"
 
 
 def imports(names: dict[str, set[str]], level: int) -> list[str]:

@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from .emit import Emitter
+from .emit import module_text, package_text
 from .index import GenError
 from .plan import Plan
 from .rules import HEADER, MARKER, OUTPUT, PACKAGE, Usage
@@ -20,21 +20,21 @@ from .rules import HEADER, MARKER, OUTPUT, PACKAGE, Usage
 def generate(source_root: Path) -> dict[str, str]:
     """Every generated file (path relative to the output directory) and its formatted text."""
     usage = Usage()
-    emitter = Emitter(Plan(source_root, usage))
+    plan = Plan(source_root, usage)
     files: dict[str, str] = {}
-    for module, names in emitter.plan.modules().items():
-        mod = emitter.plan.index.module(module)
+    for module, names in plan.modules().items():
+        mod = plan.index.module(module)
         assert mod is not None
         rel = module.removeprefix(PACKAGE + ".").replace(".", "/")
         rel += "/__init__.py" if mod.path.endswith("__init__.py") else ".py"
-        files[rel] = emitter.module_text(mod, names)
+        files[rel] = module_text(plan, mod, names)
     for path in list(files):
         parts = path.split("/")[:-1]
         for i in range(1, len(parts) + 1):
             init, package = "/".join(parts[:i]) + "/__init__.py", ".".join([PACKAGE, *parts[:i]])
             doc = f'"""Blocking twins of :mod:`{package}` (see :mod:`etcd_recipes.sync`)."""'
             files.setdefault(init, f"{HEADER.format(source=f'{PACKAGE}/{init}')}\n{doc}\n")
-    files["__init__.py"] = emitter.package_text()
+    files["__init__.py"] = package_text(plan)
     if unused := usage.unused():
         raise GenError(
             "unused rules (delete them from tools/gen_sync/rules.py): " + "; ".join(unused)
