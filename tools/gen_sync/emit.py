@@ -229,12 +229,10 @@ class Writer:
         return [ind(level) + self.plan.usage.doc(text)] if text else []
 
     def head(
-        self, name: str, params: list[str], returns: str | None, fn: Func, ctx: Module, level: int
+        self, name: str, params: list[str], ret: str | None, fn: Func, ctx: Module, lv: int
     ) -> list[str]:
-        """``def name(params) -> returns:`` and the docstring of ``fn``, rewritten."""
-        return define(name, params, returns, level) + self.doc(
-            ix.doc_segment(fn.body, ctx), level + 1
-        )
+        """``def name(params) -> ret:`` and the docstring of ``fn``, rewritten."""
+        return define(name, params, ret, lv) + self.doc(ix.doc_segment(fn.body, ctx), lv + 1)
 
     def signature(self, fn: Func, ctx: Module, rt: str) -> tuple[list[str], list[str], str | None]:
         """(sync parameter texts, call argument texts, runtime parameter) of ``fn``."""
@@ -242,8 +240,7 @@ class Writer:
         params: list[str] = []
         args: list[str] = []
         positional = a.posonlyargs + a.args
-        defaults: list[ast.expr | None] = [None] * (len(positional) - len(a.defaults))
-        defaults += list(a.defaults)
+        defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
         runtime: str | None = None
 
         def one(arg: ast.arg, default: ast.expr | None, keyword: bool) -> None:
@@ -256,119 +253,96 @@ class Writer:
             value = arg.arg
             if conv.kind == "unwrap":
                 value = f"{arg.arg}._a"
-                if runtime is None and not conv.optional:
-                    runtime = arg.arg
+                runtime = runtime or (None if conv.optional else arg.arg)
             elif conv.kind in ("hook", "listener", "listener_nowait"):
                 value = f"{rt}.{conv.kind}({arg.arg})"
             if conv.optional and value != arg.arg:
                 value = f"None if {arg.arg} is None else {value}"
             args.append(f"{arg.arg}={value}" if keyword else value)
 
+        def star(prefix: str, extra: ast.arg | None) -> None:
+            if extra is not None:
+                conv = self.param(extra.annotation, ctx)
+                if conv.kind != "plain":
+                    raise GenError(f"{ctx.path}: {prefix}{extra.arg} must be plainly typed")
+                ann = f": {conv.annotation}" if conv.annotation else ""
+                params.append(f"{prefix}{extra.arg}{ann}")
+                args.append(f"{prefix}{extra.arg}")
+
         for i, (arg, default) in enumerate(zip(positional, defaults)):
             if i == 0 and arg.arg in ("self", "cls"):
-                params.append(
-                    arg.arg + (f": {self.text(arg.annotation, ctx)}" if arg.annotation else "")
-                )
+                ann = f": {self.text(arg.annotation, ctx)}" if arg.annotation else ""
+                params.append(arg.arg + ann)
             else:
                 one(arg, default, False)
             if a.posonlyargs and arg is a.posonlyargs[-1]:
                 params.append("/")
-        for star, extra in (("*", a.vararg), ("**", a.kwarg)):
-            if star == "**":
-                for arg, kw_default in zip(a.kwonlyargs, a.kw_defaults):
-                    one(arg, kw_default, True)
-            if extra is None:
-                if star == "*" and a.kwonlyargs:
-                    params.append("*")
-                continue
-            conv = self.param(extra.annotation, ctx)
-            if conv.kind != "plain":
-                raise GenError(f"{ctx.path}: {star}{extra.arg} must be plainly typed")
-            params.append(
-                f"{star}{extra.arg}" + (f": {conv.annotation}" if conv.annotation else "")
-            )
-            args.append(f"{star}{extra.arg}")
+        star("*", a.vararg)
+        params += ["*"] if a.vararg is None and a.kwonlyargs else []
+        for arg, kw_default in zip(a.kwonlyargs, a.kw_defaults):
+            one(arg, kw_default, True)
+        star("**", a.kwarg)
         return params, args, runtime
 
     def runtime_param(self, fn: Func, ctx: Module) -> str | None:
         """The first required parameter typed with a twinned class: its runtime is used."""
-        a = fn.args
-        for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
-            if arg.annotation is None or arg.arg in ("self", "cls"):
-                continue
-            inner, optional = ix.split_optional(arg.annotation)
-            if not optional and self.plan.is_twin(self.index.canon_of(inner, ctx)):
+        for arg in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]:
+            inner, optional = ix.split_optional(arg.annotation or ast.Constant(None))
+            if (
+                arg.arg not in ("self", "cls")
+                and not optional
+                and self.plan.is_twin(self.index.canon_of(inner, ctx))
+            ):
                 return arg.arg
         return None
 
-    def function_text(
-        self, fn: Func, ctx: Module, target: str | None = None, level: int = 0
-    ) -> list[str]:
+    def function_text(self, fn: Func, ctx: Module, target: str = "", lv: int = 0) -> list[str]:
         """A function (or static method): forwards on its client's runtime, or starts one."""
         target = target or f"_async.{fn.name}"
         runtime = self.runtime_param(fn, ctx)
-        rt = "runtime" if runtime is None else f"{runtime}._rt"  # the twinned argument's
-        params, args, runtime = self.signature(fn, ctx, rt)
+        params, args, runtime = self.signature(fn, ctx, f"{runtime}._rt" if runtime else "runtime")
         result = self.result(fn.returns, ctx)
         x = suffix(params)
-        lines = self.head(fn.name, params, result.annotation, fn, ctx, level)
+        lines = self.head(fn.name, params, result.annotation, fn, ctx, lv)
         is_async = isinstance(fn, ast.AsyncFunctionDef) and not ix.is_async_generator(fn)
-        if runtime is None:
-            if result.kind != "twin" or result.optional:
-                raise GenError(
-                    f"{ctx.path}: {fn.name}() takes no twinned argument, so it must return a "
-                    "twinned object (a new client that owns its runtime)"
-                )
-            self.need("etcd_recipes.sync._runtime", "Runtime")
-            factory = "Runtime.create_awaiting" if is_async else "Runtime.create"
-            lines += call(factory, [target, *args], level + 1, f"runtime{x}, value{x} = ")
-            lines.append(
-                f"{ind(level + 1)}result{x}: {result.annotation} = runtime{x}.twin(value{x}, None)"
+        if runtime is not None:
+            func = f"{runtime}._rt.{'call' if is_async else 'call_sync'}"
+            return lines + self.forward(result, func, [target, *args], runtime, lv + 1, x)
+        if result.kind != "twin" or result.optional:
+            raise GenError(
+                f"{ctx.path}: {fn.name}() takes no twinned argument, so it must return a "
+                "twinned object (a new client that owns its runtime)"
             )
-            return [*lines, f"{ind(level + 1)}return result{x}"]
-        func = f"{runtime}._rt.{'call' if is_async else 'call_sync'}"
-        return lines + self.forward(result, func, [target, *args], runtime, level + 1, x)
+        self.need("etcd_recipes.sync._runtime", "Runtime")
+        factory = "Runtime.create_awaiting" if is_async else "Runtime.create"
+        lines += call(factory, [target, *args], lv + 1, f"runtime{x}, value{x} = ")
+        body = [f"result{x}: {result.annotation} = runtime{x}.twin(value{x}, None)"]
+        return lines + [ind(lv + 1) + b for b in [*body, f"return result{x}"]]
 
     def forward(
-        self,
-        result: Conversion,
-        func: str,
-        args: list[str],
-        owner: str,
-        level: int,
-        x: str,
+        self, r: Conversion, func: str, args: list[str], owner: str, lv: int, x: str
     ) -> list[str]:
         """Body lines calling ``func(*args)``; twinned results are wrapped by ``owner._twin``."""
-        if result.kind == "none":
-            return call(func, args, level)
-        if result.kind == "plain":
-            return call(func, args, level, "return ")
-        lines = call(func, args, level, f"value{x} = ")
+        if r.kind in ("none", "plain"):
+            return call(func, args, lv, "" if r.kind == "none" else "return ")
         wrapped = f"{owner}._twin(value{x})"
-        if result.kind != "twin":
-            helper = self.need(
-                TWIN, "SyncContextManager" if result.kind == "cm" else "SyncIterator"
-            )
-            convert = f", {owner}._twin" if result.element_twinned else ""
+        if r.kind != "twin":
+            helper = self.need(TWIN, "SyncContextManager" if r.kind == "cm" else "SyncIterator")
+            convert = f", {owner}._twin" if r.element_twinned else ""
             wrapped = f"{helper}({owner}._rt, value{x}{convert})"
-        return [
-            *lines,
-            f"{ind(level)}result{x}: {result.annotation} = {wrapped}",
-            f"{ind(level)}return result{x}",
-        ]
+        body = [f"result{x}: {r.annotation} = {wrapped}", f"return result{x}"]
+        return call(func, args, lv, f"value{x} = ") + [ind(lv) + b for b in body]
 
     def class_text(self, plan: ClassPlan) -> list[str]:
         ctx = plan.ctx
         bases = [self.need(self.plan.twins[c], c[1]) for c in plan.twinned_bases]
         bases = bases or [self.need(TWIN, "SyncTwin")]
-        params = ", ".join(self.text(p, ctx) for p in plan.type_params)
-        if params:
+        if params := ", ".join(self.text(p, ctx) for p in plan.type_params):
             bases.append(f"{self.need('typing', 'Generic')}[{params}]")
         lines = [f"class {plan.name}({', '.join(bases)}, twin_of=_async.{plan.name}):"]
         lines += self.doc(ix.doc_segment(plan.node.body, ctx), 1)
         lines.append(f"{ind(1)}_a: _async.{plan.name}{f'[{params}]' if params else ''}")
-        if plan.init is not None:
-            lines += self.init_text(plan)
+        lines += self.init_text(plan)
         has_next = any(m.name == "__anext__" for m in plan.members)
         for member in plan.members:
             lines += self.member_text(plan, member, has_next)
@@ -376,10 +350,9 @@ class Writer:
 
     def init_text(self, plan: ClassPlan) -> list[str]:
         """A constructor for classes built on a twinned object (recipes take ``client``)."""
-        assert plan.init is not None
-        fn, ctx, overloads = plan.init
-        runtime = self.runtime_param(fn, ctx)
-        if runtime is None:
+        fn, ctx, overloads = plan.init or (None, plan.ctx, [])
+        runtime = self.runtime_param(fn, ctx) if fn else None
+        if fn is None or runtime is None:
             return []  # created by factories only (SyncTwin.__init__ explains that)
         params, args, _ = self.signature(fn, ctx, f"{runtime}._rt")
         lines = self.overload_stubs(overloads, "__init__", ctx)
@@ -389,91 +362,82 @@ class Writer:
         return [*lines, f"{ind(2)}self._bind({runtime}._rt, value{x}, {runtime}._owner())"]
 
     def overload_stubs(
-        self, overloads: list[Func], name: str, ctx: Module, *, cm: bool = False
+        self, fns: list[Func], name: str, ctx: Module, cm: bool = False
     ) -> list[str]:
         lines: list[str] = []
-        for fn in overloads:
+        for fn in fns:
             params, _, _ = self.signature(fn, ctx, "self._rt")
-            returns = (
-                "None" if name == "__init__" else self.result(fn.returns, ctx, cm=cm).annotation
-            )
-            lines.append(f"{ind(1)}@{self.need('typing', 'overload')}")
-            lines += define(name, params, returns, 1)
+            ret = "None" if name == "__init__" else self.result(fn.returns, ctx, cm=cm).annotation
+            lines += [f"{ind(1)}@{self.need('typing', 'overload')}", *define(name, params, ret, 1)]
             lines[-1] += " ..."
         return lines
 
     def member_text(self, plan: ClassPlan, m: Member, has_next: bool) -> list[str]:
-        ctx = m.ctx
+        ctx, fn = m.ctx, m.node
         if m.kind in ("property", "attribute"):
             return self.property_text(m)
         if m.kind == "classattr":
-            ann = f": {self.text(m.annotation, ctx)}" if m.annotation is not None else ""
-            return [f"{ind(1)}{m.name}{ann} = _async.{plan.name}.{m.name}"]
-        fn = m.node
+            typed = f": {self.text(m.annotation, ctx)}" if m.annotation is not None else ""
+            return [f"{ind(1)}{m.name}{typed} = _async.{plan.name}.{m.name}"]
         assert isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
         decs = [d for d in ix.decorators(fn) if d not in ("abstractmethod", "abc.abstractmethod")]
         acm = any(d.endswith("asynccontextmanager") for d in decs)
         decs = [d for d in decs if not d.endswith("asynccontextmanager")]
-        static = decs in (["staticmethod"], ["classmethod"])
-        if decs and not static:
-            raise GenError(f"{ctx.path}: cannot twin {plan.name}.{m.name} decorated with {decs}")
-        if static:
+        if decs in (["staticmethod"], ["classmethod"]):
             target = f"_async.{plan.name}.{m.name}"
             return [f"{ind(1)}@{decs[0]}", *self.function_text(fn, ctx, target, 1)]
+        if decs:
+            raise GenError(f"{ctx.path}: cannot twin {plan.name}.{m.name} decorated with {decs}")
         name = self.plan.usage.rename(m.name)
         params, args, _ = self.signature(fn, ctx, "self._rt")
         if m.name == "__aiter__" and has_next and ix.returns_self(fn):
-            return [
-                *define(name, params, self.result(fn.returns, ctx).annotation, 1),
-                f"{ind(2)}return self",
-            ]
+            ret = self.result(fn.returns, ctx).annotation
+            return [*define(name, params, ret, 1), f"{ind(2)}return self"]
         result = self.result(fn.returns, ctx, cm=acm)
         lines = self.overload_stubs(m.overloads, name, ctx, cm=acm)
         lines += self.head(name, params, result.annotation, fn, ctx, 1)
-        x = suffix(params)
+        x, ann = suffix(params), result.annotation
         if m.name == "__aenter__":
-            if result.kind not in ("twin", "plain") or result.annotation is None:
-                raise GenError(f"cannot twin __aenter__ returning {result.annotation}")
+            if result.kind not in ("twin", "plain") or ann is None:
+                raise GenError(f"cannot twin __aenter__ returning {ann}")
             value = f"self._twin(value{x})" if result.kind == "twin" else f"value{x}"
             enter = f"value{x} = self._rt.enter(self, self._a)"
             body = ["try:", f"    {enter}", "except BaseException:", "    self._release()"]
-            body += ["    raise", f"result{x}: {result.annotation} = {value}", f"return result{x}"]
+            body += ["    raise", f"result{x}: {ann} = {value}", f"return result{x}"]
             return lines + [ind(2) + line for line in body]
         if m.name in ("__aexit__", "aclose"):
             done = f"self._rt.exit({', '.join(['self', *args])})"
             if m.name == "aclose":
                 done = f"self._rt.call_closing({', '.join(['self._a.aclose', *args])})"
-            body = [done] if result.kind == "none" else [f"result{x}: {result.annotation} = {done}"]
-            body += [] if result.kind == "none" else [f"return result{x}"]
+            body = (
+                [done]
+                if result.kind == "none"
+                else [f"result{x}: {ann} = {done}", f"return result{x}"]
+            )
             body = ["try:", *(f"    {b}" for b in body), "finally:", "    self._release()"]
             return lines + [ind(2) + line for line in body]
         if m.name == "__anext__":
-            anext = ["self._a.__anext__"]
-            return lines + self.forward(result, "self._rt.next", anext, "self", 2, "")
+            return lines + self.forward(
+                result, "self._rt.next", ["self._a.__anext__"], "self", 2, ""
+            )
         is_async = isinstance(fn, ast.AsyncFunctionDef) and not ix.is_async_generator(fn)
         if is_async and result.kind in ("iter", "cm"):
-            raise GenError(f"{ctx.path}: async {m.name} returning {result.annotation}")
+            raise GenError(f"{ctx.path}: async {m.name} returning {ann}")
         method = "self._rt.call" if is_async else "self._rt.call_sync"
         return lines + self.forward(result, method, [f"self._a.{m.name}", *args], "self", 2, x)
 
     def property_text(self, m: Member) -> list[str]:
-        ctx = m.ctx
-        if m.kind == "property":
-            fn = m.node
-            assert isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
-            if isinstance(fn, ast.AsyncFunctionDef):
-                raise GenError(f"{ctx.path}: async property {m.name}")
+        ctx, fn = m.ctx, m.node
+        ann, doc = m.annotation, m.doc
+        if isinstance(fn, ast.AsyncFunctionDef) and m.kind == "property":
+            raise GenError(f"{ctx.path}: async property {m.name}")
+        if isinstance(fn, ast.FunctionDef) and m.kind == "property":
             ann, doc = fn.returns, ix.doc_segment(fn.body, ctx)
-        else:
-            ann, doc = m.annotation, m.doc
         result = self.result(ann, m.ann_ctx or ctx)
         if result.kind in ("iter", "cm", "none"):
             raise GenError(f"{ctx.path}: cannot twin the property {m.name}: {result.annotation}")
-        lines = [
-            f"{ind(1)}@property",
-            *define(m.name, ["self"], result.annotation, 1),
-            *self.doc(doc, 2),
-        ]
+        lines = ["@property", *define(m.name, ["self"], result.annotation, 0)]
+        lines = [ind(1) + line for line in lines] + self.doc(doc, 2)
         read = f"lambda: self._a.{m.name}"
         return lines + self.forward(result, "self._rt.call_sync", [read], "self", 2, "")
 
