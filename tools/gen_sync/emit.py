@@ -71,19 +71,17 @@ class Writer:
 
     def need(self, module: str, name: str, *, type_only: bool = False) -> str:
         """Import ``name`` from ``module`` (unless builtin/local) and return the name to use."""
-        canon = (module, name)
         if module == "builtins":
             return name
-        previous = self.names.setdefault(name, canon)
-        if previous != canon:
-            raise GenError(f"{self.out_module}: {name!r} means both {previous} and {canon}")
-        if module == self.out_module:
-            return name
-        if type_only and name not in self.imports.get(module, set()):
-            self.tc_imports.setdefault(module, set()).add(name)
-        elif not type_only:
+        if (previous := self.names.setdefault(name, (module, name))) != (module, name):
+            raise GenError(
+                f"{self.out_module}: {name!r} means both {previous} and {(module, name)}"
+            )
+        if module != self.out_module and not type_only:
             self.imports.setdefault(module, set()).add(name)
             self.tc_imports.get(module, set()).discard(name)
+        elif module != self.out_module and name not in self.imports.get(module, set()):
+            self.tc_imports.setdefault(module, set()).add(name)
         return name
 
     def rewrite(self, node: ast.expr, ctx: Module, *, runtime: bool = False) -> ast.expr:
@@ -125,8 +123,7 @@ class Writer:
         while set(self.typevars) - set(done):
             for name in sorted(set(self.typevars) - set(done)):
                 canon = self.typevars[name]
-                tv = self.plan.typevar(canon)
-                mod = self.index.module(canon[0])
+                tv, mod = self.plan.typevar(canon), self.index.module(canon[0])
                 assert tv is not None
                 assert mod is not None
                 func = self.need(*self.index.canon_of(tv.func, mod) or ("typing", "TypeVar"))
@@ -141,18 +138,18 @@ class Writer:
                 done[name] = f"{name} = {func}({', '.join(args)})"
         return [done[n] for n in sorted(done)]
 
-    # ---------------------------------------------------------------- conversions
-
     def alias_target(self, node: ast.expr, ctx: Module) -> tuple[ast.expr, Module]:
         """Follow a module-level alias of a ``Callable[...]`` to its definition."""
-        canon = self.index.canon_of(node, ctx)
-        found = self.index.definition(canon) if canon else None
-        if found and isinstance(found[1], (ast.Assign, ast.AnnAssign)) and found[1].value:
-            value = found[1].value
-            if isinstance(value, ast.Subscript) and self.index.is_abc(
-                value.value, found[0], "Callable"
-            ):
-                return value, found[0]
+        found = self.index.definition(canon) if (canon := self.index.canon_of(node, ctx)) else None
+        value = (
+            found[1].value if found and isinstance(found[1], (ast.Assign, ast.AnnAssign)) else None
+        )
+        if (
+            found
+            and isinstance(value, ast.Subscript)
+            and self.index.is_abc(value.value, found[0], "Callable")
+        ):
+            return value, found[0]
         return node, ctx
 
     def param(self, ann: ast.expr | None, ctx: Module) -> Conversion:
@@ -168,12 +165,11 @@ class Writer:
             if len(items) != 2:
                 raise GenError(f"{ctx.path}: malformed Callable {ast.unparse(target)!r}")
             args, ret = items
-            ret_inner = ret
-            if isinstance(ret, ast.Subscript) and self.index.is_abc(ret.value, tctx, "Awaitable"):
-                ret_inner = ret.slice
-            elif isinstance(ret, ast.Subscript) and self.index.is_abc(ret.value, tctx, "Coroutine"):
-                ret_inner = ix.slice_items(ret)[-1]
-            if ret_inner is not ret:
+            awaited = isinstance(ret, ast.Subscript) and self.index.is_abc(
+                ret.value, tctx, "Awaitable", "Coroutine"
+            )
+            if awaited and isinstance(ret, ast.Subscript):
+                ret_inner = ix.slice_items(ret)[-1]  # Awaitable[R], Coroutine[Any, Any, R]
                 sync: ast.expr = ast.Subscript(
                     value=self.rewrite(target.value, tctx),
                     slice=ast.Tuple(elts=[self.rewrite(args, tctx), self.rewrite(ret_inner, tctx)]),
@@ -199,25 +195,29 @@ class Writer:
         if self.plan.is_twin(self.index.canon_of(inner, ctx)):
             return Conversion("twin", self.text(ann, ctx), optional)
         if isinstance(inner, ast.Subscript) and not optional:
-            head = self.index.canon_of(inner.value, ctx)
-            if self.index.is_abc(
+            head, element = self.index.canon_of(inner.value, ctx), ix.slice_items(inner)[0]
+            gen = self.index.is_abc(
                 inner.value, ctx, "AsyncIterator", "AsyncIterable", "AsyncGenerator"
+            )
+            if gen and not cm:
+                return self.container("iter", element, ctx)
+            # An @asynccontextmanager is written as an async generator of its one value.
+            if (
+                gen
+                or self.index.is_abc(inner.value, ctx, "AsyncContextManager")
+                or head == ("contextlib", "AbstractAsyncContextManager")
             ):
-                # An @asynccontextmanager is written as an async generator of its one value.
-                kind, wrapper = ("cm", "AbstractContextManager") if cm else ("iter", "Iterator")
-                return self.container(kind, wrapper, ix.slice_items(inner)[0], ctx)
-            if self.index.is_abc(inner.value, ctx, "AsyncContextManager") or head == (
-                "contextlib",
-                "AbstractAsyncContextManager",
-            ):
-                return self.container("cm", "AbstractContextManager", ix.slice_items(inner)[0], ctx)
-        bad = self.plan.mentions_async(ann, ctx)
-        if bad:
+                return self.container("cm", element, ctx)
+        if bad := self.plan.mentions_async(ann, ctx):
             raise GenError(f"{ctx.path}: cannot twin a result of type {ast.unparse(ann)!r} ({bad})")
         return Conversion("plain", self.text(ann, ctx))
 
-    def container(self, kind: str, wrapper: str, element: ast.expr, ctx: Module) -> Conversion:
-        module = "contextlib" if wrapper == "AbstractContextManager" else "collections.abc"
+    def container(self, kind: str, element: ast.expr, ctx: Module) -> Conversion:
+        module, wrapper = (
+            ("contextlib", "AbstractContextManager")
+            if kind == "cm"
+            else ("collections.abc", "Iterator")
+        )
         elem_inner, _ = ix.split_optional(ix.parse_str(element))
         twinned = self.plan.is_twin(self.index.canon_of(elem_inner, ctx))
         if not twinned and self.plan.mentions_async(element, ctx):
