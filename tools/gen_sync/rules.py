@@ -1,8 +1,5 @@
-"""The generator's tables: names, renames, docstring rewrites, opaque types, sync-only names.
-
-Every entry of :data:`RENAMES`, :data:`DOC_REWRITES` and :data:`OPAQUE` must be used at least
-once per run (like httpcore's unasync): :class:`Usage` counts them and the run fails naming the
-unused ones, so a table never keeps rules for code that is gone.
+"""The generator's tables. Every entry of :data:`RENAMES`, :data:`DOC_REWRITES` and
+:data:`OPAQUE` must be used in a run (:class:`Usage` counts them), else the run fails naming it.
 """
 
 from __future__ import annotations
@@ -21,13 +18,8 @@ SYNC_ONLY: list[tuple[str, str]] = [("etcd_recipes.sync._runtime", "fail_after")
 SPECIAL = {"__init__", "__aenter__", "__aexit__", "__aiter__", "__anext__"}
 """Dunder methods that are twinned (every other underscore name is private)."""
 
-RENAMES = {
-    "__aenter__": "__enter__",
-    "__aexit__": "__exit__",
-    "__aiter__": "__iter__",
-    "__anext__": "__next__",
-    "aclose": "close",
-}
+RENAMES = {"__aenter__": "__enter__", "__aexit__": "__exit__", "aclose": "close"}
+RENAMES |= {"__aiter__": "__iter__", "__anext__": "__next__"}
 """Async method name -> blocking method name."""
 
 DOC_REWRITES: list[tuple[str, str]] = [
@@ -49,12 +41,8 @@ DOC_REWRITES: list[tuple[str, str]] = [
     ("Reentrant per task", "Reentrant per thread"),
     ("the calling task", "the calling thread"),
 ]
-"""``(old, new)`` text replacements applied, in order, to every twinned docstring.
-
-Add an entry when the first async docstring needs it (an unused entry fails the run), e.g.
-``("asyncio.run(main())", "main()")``, ``("``async for``", "``for``")``, ``("this task", "this
-thread")``.
-"""
+"""``(old, new)`` replacements applied, in order, to every twinned docstring (add one when a
+docstring needs it, e.g. ``("asyncio.run(main())", "main()")``; an unused one fails the run)."""
 
 OPAQUE = {("etcd_recipes._core.listeners", "ListenerSet")}
 """Types whose public attributes are not twinned (use the ``add_*_listener`` methods)."""
@@ -85,6 +73,5 @@ class Usage:
 
     def unused(self) -> list[str]:
         every = [f"rename {n!r}" for n in RENAMES] + [f"doc rewrite {o!r}" for o, _ in DOC_REWRITES]
-        return [
-            e for e in every + [f"opaque type {m}.{n}" for m, n in OPAQUE] if e not in self.used
-        ]
+        every += [f"opaque type {m}.{n}" for m, n in OPAQUE]
+        return [e for e in every if e not in self.used]
