@@ -14,6 +14,11 @@ ASYNC_TYPES = {"AsyncIterator", "AsyncIterable", "AsyncGenerator", "AsyncContext
 ASYNC_TYPES |= {"AbstractAsyncContextManager", "Awaitable", "Coroutine"}
 
 
+def is_async(canon: Canon | None) -> bool:
+    """Whether ``canon`` is an async iterator/context manager/awaitable type."""
+    return canon is not None and canon[0] in (*ABC, "contextlib") and canon[1] in ASYNC_TYPES
+
+
 @dataclass
 class Member:
     """A public member of a twinned class, with the module its annotations belong to."""
@@ -134,10 +139,10 @@ class Plan:
         for stmt in public_methods(node):
             if isinstance(stmt, ast.AsyncFunctionDef) or self.async_type(stmt.returns, mod):
                 return True
-        return any(
-            b[0].startswith(PACKAGE + ".") and b != canon and self.has_async_api(b)
-            for b in self.bases(node, mod)
-        )
+        return any(b != canon and self.package_async(b) for b in self.bases(node, mod))
+
+    def package_async(self, canon: Canon) -> bool:
+        return canon[0].startswith(PACKAGE + ".") and self.has_async_api(canon)
 
     def bases(self, node: ast.ClassDef, mod: Module) -> list[Canon]:
         targets = [b.value if isinstance(b, ast.Subscript) else b for b in node.bases]
@@ -145,39 +150,30 @@ class Plan:
 
     def async_type(self, node: ast.expr | None, ctx: Module) -> bool:
         """Whether ``node`` names an async iterator/context manager/awaitable type."""
-        for sub in ast.walk(node) if node is not None else ():
-            canon = self.index.canon_of(sub, ctx) if isinstance(sub, ast.expr) else None
-            if canon is not None and canon[0] in (*ABC, "contextlib") and canon[1] in ASYNC_TYPES:
-                return True
-        return False
+        subs = ast.walk(node) if node is not None else ()
+        return any(is_async(self.index.canon_of(s, ctx)) for s in subs if isinstance(s, ast.expr))
 
     def mentions_async(self, node: ast.expr | None, ctx: Module | None) -> str | None:
         """A twinned or async type anywhere inside ``node`` (which plain passing would leak)."""
         for sub in ast.walk(node) if node is not None and ctx is not None else ():
-            if not isinstance(sub, (ast.Name, ast.Constant, ast.Attribute)) or ctx is None:
-                continue
-            if (canon := self.index.canon_of(sub, ctx)) is None:
-                continue
-            if self.is_twin(canon) or (
-                canon[0] in (*ABC, "contextlib") and canon[1] in ASYNC_TYPES
-            ):
-                return canon[1]
-            if canon[0].startswith(PACKAGE + ".") and self.has_async_api(canon):
-                return canon[1]
+            if isinstance(sub, (ast.Name, ast.Constant, ast.Attribute)) and ctx is not None:
+                canon = self.index.canon_of(sub, ctx)
+                if canon and (self.is_twin(canon) or is_async(canon) or self.package_async(canon)):
+                    return canon[1]
         return None
 
     def modules(self) -> dict[str, list[str]]:
         """Source module -> its twinned names, in source order (bases before subclasses)."""
-        by_module: dict[str, list[Canon]] = {}
-        for canon in [*self.twins, *self.functions]:
-            by_module.setdefault(canon[0], []).append(canon)
         out: dict[str, list[str]] = {}
-        for module in sorted(by_module):
-            mod = self.index.module(module)
-            assert mod is not None
-            canons = sorted(by_module[module], key=lambda c: mod.defs[c[1]].lineno)
-            out[module] = [c[1] for c in canons]
+        for module, _, name in sorted(
+            (c[0], self.lineno(c), c[1]) for c in [*self.twins, *self.functions]
+        ):
+            out.setdefault(module, []).append(name)
         return out
+
+    def lineno(self, canon: Canon) -> int:
+        found = self.index.definition(canon)
+        return found[1].lineno if found else 0
 
     def plan(self, mod: Module, node: ast.ClassDef) -> ClassPlan:
         """The members of a twinned class: its own, then those of its private bases (flattened);
@@ -246,10 +242,8 @@ class Plan:
         collect(node, mod, True, False)
         if "aclose" in members and "close" in members:
             raise GenError(f"{mod.path}: {node.name} has both close() and aclose()")
-        init = inits[0] if inits else None
-        return ClassPlan(
-            node.name, node, mod, twinned_bases, type_params, init, list(members.values())
-        )
+        init, every = inits[0] if inits else None, list(members.values())
+        return ClassPlan(node.name, node, mod, twinned_bases, type_params, init, every)
 
     def attributes(self, init: ast.FunctionDef, ctx: Module) -> list[Member]:
         """Public ``self.x = ...`` assignments of an ``__init__``, with their types."""
@@ -257,22 +251,18 @@ class Plan:
         params = {a.arg: a.annotation for a in args if a.annotation}
         out: list[Member] = []
         for i, stmt in enumerate(init.body):
-            target: ast.expr | None = None
-            ann: ast.expr | None = None
             if isinstance(stmt, ast.AnnAssign):
-                target, ann = stmt.target, stmt.annotation
+                target: ast.expr = stmt.target
+                ann, ann_ctx = stmt.annotation, ctx
             elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
                 target = stmt.targets[0]
-            if not (
-                isinstance(target, ast.Attribute)
-                and isinstance(target.value, ast.Name)
-                and target.value.id == "self"
-                and not target.attr.startswith("_")
-            ):
+            else:
                 continue
-            ann_ctx = ctx
-            if ann is None:
-                assert isinstance(stmt, ast.Assign)
+            if not isinstance(target, ast.Attribute) or ast.unparse(target.value) != "self":
+                continue
+            if target.attr.startswith("_"):
+                continue
+            if isinstance(stmt, ast.Assign):
                 ann, ann_ctx = self.infer(stmt.value, params, ctx, target.attr)
             doc = ix.doc_segment(init.body[i + 1 : i + 2], ctx)
             head = ann.value if isinstance(ann, ast.Subscript) else ann
