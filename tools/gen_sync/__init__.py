@@ -72,8 +72,8 @@ in a run, else the run (and ``--check``) fails naming it -- delete rules for cod
 
 from __future__ import annotations
 
-from .index import GenError
 from .output import check, generate, main, write
+from .plan import GenError
 from .rules import HEADER, MARKER
 
 __all__ = ["HEADER", "MARKER", "GenError", "check", "generate", "main", "write"]

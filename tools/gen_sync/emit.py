@@ -9,9 +9,8 @@ import ast
 import copy
 from dataclasses import dataclass
 
-from . import index as ix
-from .index import Canon, Func, GenError, Module
-from .plan import ClassPlan, Member, Plan, out_name
+from . import plan as ix
+from .plan import Canon, ClassPlan, Func, GenError, Member, Module, Plan, out_name
 from .rules import HEADER, PACKAGE_DOC, SYNC_ONLY
 
 TWIN = "etcd_recipes.sync._twin"

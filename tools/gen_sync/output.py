@@ -12,8 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .emit import module_text, package_text
-from .index import GenError
-from .plan import Plan
+from .plan import GenError, Plan
 from .rules import HEADER, MARKER, OUTPUT, PACKAGE, Usage
 
 
