@@ -1,6 +1,6 @@
 """Writing one twin module: signatures, conversions at the facade boundary, bodies, imports.
 
-The text is valid Python but not pretty: :mod:`tools.gen_sync.output` formats it with ruff.
+The text is valid Python but not pretty: :func:`tools.gen_sync.ruff` formats it with ruff.
 """
 
 from __future__ import annotations
