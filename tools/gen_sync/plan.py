@@ -31,16 +31,12 @@ class Module:
     defs: dict[str, ast.stmt] = field(default_factory=dict)
     imports: dict[str, tuple[str, str | None]] = field(default_factory=dict)
 
-    @property
-    def package(self) -> str:
-        return self.name if self.path.endswith("__init__.py") else self.name.rpartition(".")[0]
-
     def absolute(self, node: ast.ImportFrom) -> str:
         if not node.level:
             return node.module or ""
-        base = self.package.split(".")
-        base = base[: len(base) - (node.level - 1)]
-        return ".".join(base + ([node.module] if node.module else []))
+        parts = self.name.split(".")
+        parts = parts[: len(parts) - node.level + self.path.endswith("__init__.py")]
+        return ".".join(parts + ([node.module] if node.module else []))
 
 
 class Index:
@@ -54,14 +50,11 @@ class Index:
         if name not in self._modules:
             self._modules[name] = None
             rel = name.replace(".", "/")
-            for path in (
-                (f"{rel}.py", f"{rel}/__init__.py") if name.split(".")[0] == PACKAGE else ()
-            ):
-                if (file := self.root / path).is_file():
-                    source = file.read_text(encoding="utf-8")
-                    mod = self._modules[name] = Module(name, path, source, ast.parse(source, path))
-                    _index_module(mod, mod.tree.body)
-                    break
+            paths = [f"{rel}.py", f"{rel}/__init__.py"] if name.split(".")[0] == PACKAGE else []
+            for path in [p for p in paths if (self.root / p).is_file()][:1]:
+                source = (self.root / path).read_text(encoding="utf-8")
+                mod = self._modules[name] = Module(name, path, source, ast.parse(source, path))
+                _index_module(mod, mod.tree.body)
         return self._modules[name]
 
     def definition(self, canon: Canon) -> tuple[Module, ast.stmt] | None:
@@ -118,7 +111,6 @@ class Index:
         if (mod := self.module(PACKAGE)) is None:
             raise GenError(f"no {EXPORTS} under {self.root}")
         found: list[tuple[str, list[str]]] = []
-        seen: list[str] = []
         if not isinstance(all_ := mod.defs.get("__all__"), ast.Assign):
             raise GenError(f"{EXPORTS}: no __all__")
         if not isinstance(all_.value, (ast.List, ast.Tuple)):
@@ -130,7 +122,7 @@ class Index:
                 if any(a.asname and a.asname != a.name for a in stmt.names):
                     raise GenError(f"{EXPORTS}: exports must not be renamed ({names})")
                 found.append((mod.absolute(stmt), names))
-                seen += names
+        seen = [n for _, names in found for n in names]
         twice = sorted({n for n in seen if seen.count(n) > 1})
         if twice or set(declared) != set(seen) or len(declared) != len(set(declared)):
             extra, missing = sorted(set(declared) - set(seen)), sorted(set(seen) - set(declared))
@@ -153,17 +145,11 @@ def _index_module(mod: Module, body: Iterable[ast.stmt]) -> None:
                 mod.imports[alias.asname or top] = (top, None)
         elif isinstance(stmt, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             mod.defs[stmt.name] = stmt
-        elif isinstance(stmt, ast.Assign):
-            for target in stmt.targets:
-                if isinstance(target, ast.Name):
-                    mod.defs[target.id] = stmt
-        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-            mod.defs[stmt.target.id] = stmt
-        elif isinstance(stmt, ast.If):  # TYPE_CHECKING blocks and the like
-            _index_module(mod, stmt.body)
-            _index_module(mod, stmt.orelse)
-        elif isinstance(stmt, ast.Try):
-            _index_module(mod, stmt.body)
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            mod.defs.update({t.id: stmt for t in targets if isinstance(t, ast.Name)})
+        elif isinstance(stmt, (ast.If, ast.Try)):  # TYPE_CHECKING blocks and the like
+            _index_module(mod, [*stmt.body, *(stmt.orelse if isinstance(stmt, ast.If) else [])])
 
 
 def decorators(fn: Func) -> list[str]:
