@@ -248,12 +248,10 @@ class Plan:
         self.index = Index(root)
         self.usage = usage
         self.exports: dict[str, Canon] = {}  # public name -> where it is defined
-        for module, names in self.index.exports():
-            for name in names:
-                canon = self.index.resolve(module, name)
-                if canon[1] != name:
-                    raise GenError(f"{module}: {name!r} is an alias of {canon}; export the name")
-                self.exports[name] = canon
+        for module, name in [(m, n) for m, names in self.index.exports() for n in names]:
+            if (canon := self.index.resolve(module, name))[1] != name:
+                raise GenError(f"{module}: {name!r} is an alias of {canon}; export the name")
+            self.exports[name] = canon
         self.twins: dict[Canon, str] = {}  # async class -> its sync module
         self.functions: set[Canon] = set()
         candidates = list(self.exports.values())
@@ -261,15 +259,14 @@ class Plan:
         while changed:  # names used by twinned signatures are twinned too, until stable
             changed = False
             for canon in candidates:
-                if canon in self.twins or canon in self.functions:
-                    continue
                 found = self.index.definition(canon)
-                node = found[1] if found else None
-                if isinstance(node, ast.ClassDef) and self.has_async_api(canon):
+                if canon in self.twins or canon in self.functions or found is None:
+                    continue
+                if isinstance(found[1], ast.ClassDef) and self.has_async_api(canon):
                     self.twins[canon] = out_name(canon[0])
-                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
-                    isinstance(node, ast.AsyncFunctionDef)
-                    or self.mentions_async(node.returns, found[0] if found else None)
+                elif isinstance(found[1], ast.AsyncFunctionDef) or (
+                    isinstance(found[1], ast.FunctionDef)
+                    and self.mentions_async(found[1].returns, found[0])
                 ):
                     self.functions.add(canon)
                 else:
@@ -304,15 +301,10 @@ class Plan:
 
     def typevar(self, canon: Canon) -> ast.Call | None:
         """The ``TypeVar(...)`` call that defines ``canon``, if it is a TypeVar."""
-        found = self.index.definition(canon)
-        call = found[1].value if found and isinstance(found[1], ast.Assign) else None
-        if (
-            isinstance(call, ast.Call)
-            and found
-            and self.index.is_abc(call.func, found[0], "TypeVar")
-        ):
-            return call
-        return None
+        mod, stmt = self.index.definition(canon) or (None, None)
+        call = stmt.value if isinstance(stmt, ast.Assign) else None
+        is_tv = isinstance(call, ast.Call) and mod and self.index.is_abc(call.func, mod, "TypeVar")
+        return call if is_tv and isinstance(call, ast.Call) else None
 
     def twin_bound(self, canon: Canon) -> Canon | None:
         """For ``R = TypeVar("R", bound="Recipe")`` with a twinned bound: that bound."""
