@@ -461,35 +461,26 @@ def module_text(plan: Plan, mod: Module, names: list[str]) -> str:
     package, _, leaf = mod.name.rpartition(".")
     if package in w.imports:
         raise GenError(f"{w.out_module}: would import from {package} twice")
-    head = [
-        HEADER.format(source=mod.path),
-        f'"""Blocking twin of :mod:`{mod.name}` (see :mod:`etcd_recipes.sync`)."""',
-        "",
-        "from __future__ import annotations",
-        "",
-        f"from {package} import {leaf} as _async",
-        *imports(w.imports, 0),
-    ]
-    if tc:
-        head += ["", "if TYPE_CHECKING:", *imports(tc, 1)]
-    head += ["", f"__all__ = {sorted(names)!r}", "", *typevars]
-    return "\n".join(head + body) + "\n"
+    doc = f'"""Blocking twin of :mod:`{mod.name}` (see :mod:`etcd_recipes.sync`)."""'
+    head = [HEADER.format(source=mod.path), doc, "from __future__ import annotations"]
+    head += [f"from {package} import {leaf} as _async", *imports(w.imports, 0)]
+    head += ["", "if TYPE_CHECKING:", *imports(tc, 1)] if tc else []
+    return "\n".join([*head, "", f"__all__ = {sorted(names)!r}", "", *typevars, *body]) + "\n"
 
 
 def package_text(plan: Plan) -> str:
     """The text of ``etcd_recipes/sync/__init__.py`` (unformatted)."""
+    pairs = [(plan.twins.get(c, c[0]), n) for n, c in plan.exports.items()]
+    pairs = [
+        (out_name(c[0]) if c in plan.functions else m, n)
+        for (m, n), c in zip(pairs, plan.exports.values())
+    ]
     exports: dict[str, set[str]] = {}
-    for name, canon in plan.exports.items():
-        module = plan.twins.get(canon, canon[0])
-        if canon in plan.functions:
-            module = out_name(canon[0])
+    for module, name in [*pairs, *SYNC_ONLY]:
         exports.setdefault(module, set()).add(name)
-    for module, name in SYNC_ONLY:
-        exports.setdefault(module, set()).add(name)
-    every = sorted({*plan.exports, *(n for _, n in SYNC_ONLY)})
-    lines = [HEADER.format(source="the export list etcd_recipes/__init__.py"), PACKAGE_DOC]
-    body = [*lines, *imports(exports, 0), f"__all__ = {every!r}", PACKAGE_TAIL]
-    return "\n".join(body) + "\n"
+    every = sorted({n for _, n in [*pairs, *SYNC_ONLY]})
+    head = [HEADER.format(source="the export list etcd_recipes/__init__.py"), PACKAGE_DOC]
+    return "\n".join([*head, *imports(exports, 0), f"__all__ = {every!r}", PACKAGE_TAIL]) + "\n"
 
 
 def imports(names: dict[str, set[str]], level: int) -> list[str]:
