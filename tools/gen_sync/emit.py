@@ -13,7 +13,14 @@ from . import plan as ix
 from .plan import Canon, ClassPlan, Func, GenError, Member, Module, Plan, out_name
 from .rules import HEADER, PACKAGE_DOC, SYNC_ONLY
 
+Lines = list[str]  # lines of generated code
 TWIN = "etcd_recipes.sync._twin"
+ASYNC_ITERS = ("AsyncIterator", "AsyncIterable", "AsyncGenerator")
+ACM = ("contextlib", "AbstractAsyncContextManager")
+CONTAINERS = {
+    "cm": ("contextlib", "AbstractContextManager"),
+    "iter": ("collections.abc", "Iterator"),
+}
 PACKAGE_TAIL = """
 # Twins report the package they are imported from (as etcd_recipes does), not their module.
 for _value in list(locals().values()):
@@ -28,11 +35,11 @@ def ind(level: int) -> str:
     return "    " * level
 
 
-def call(func: str, args: list[str], level: int, prefix: str = "") -> list[str]:
+def call(func: str, args: list[str], level: int, prefix: str = "") -> Lines:
     return [f"{ind(level)}{prefix}{func}({', '.join(args)})"]
 
 
-def define(name: str, params: list[str], returns: str | None, level: int) -> list[str]:
+def define(name: str, params: list[str], returns: str | None, level: int) -> Lines:
     return [f"{ind(level)}def {name}({', '.join(params)}){f' -> {returns}' if returns else ''}:"]
 
 
@@ -73,9 +80,7 @@ class Writer:
         if module == "builtins":
             return name
         if (previous := self.names.setdefault(name, (module, name))) != (module, name):
-            raise GenError(
-                f"{self.out_module}: {name!r} means both {previous} and {(module, name)}"
-            )
+            raise GenError(f"{self.out_module}: {name!r} means {previous} and {(module, name)}")
         if module != self.out_module and not type_only:
             self.imports.setdefault(module, set()).add(name)
             self.tc_imports.get(module, set()).discard(name)
@@ -116,7 +121,7 @@ class Writer:
     def text(self, node: ast.expr, ctx: Module) -> str:
         return ast.unparse(self.rewrite(node, ctx))
 
-    def typevar_lines(self) -> list[str]:
+    def typevar_lines(self) -> Lines:
         """``T = TypeVar("T", ...)`` for every TypeVar the module uses (bounds twinned)."""
         done: dict[str, str] = {}
         while set(self.typevars) - set(done):
@@ -139,16 +144,11 @@ class Writer:
 
     def alias_target(self, node: ast.expr, ctx: Module) -> tuple[ast.expr, Module]:
         """Follow a module-level alias of a ``Callable[...]`` to its definition."""
-        found = self.index.definition(canon) if (canon := self.index.canon_of(node, ctx)) else None
-        value = (
-            found[1].value if found and isinstance(found[1], (ast.Assign, ast.AnnAssign)) else None
-        )
-        if (
-            found
-            and isinstance(value, ast.Subscript)
-            and self.index.is_abc(value.value, found[0], "Callable")
-        ):
-            return value, found[0]
+        canon = self.index.canon_of(node, ctx)
+        mod, stmt = (self.index.definition(canon) if canon else None) or (ctx, None)
+        value = stmt.value if isinstance(stmt, (ast.Assign, ast.AnnAssign)) else None
+        if isinstance(value, ast.Subscript) and self.index.is_abc(value.value, mod, "Callable"):
+            return value, mod
         return node, ctx
 
     def param(self, ann: ast.expr | None, ctx: Module) -> Conversion:
@@ -164,15 +164,13 @@ class Writer:
             if len(items) != 2:
                 raise GenError(f"{ctx.path}: malformed Callable {ast.unparse(target)!r}")
             args, ret = items
-            awaited = isinstance(ret, ast.Subscript) and self.index.is_abc(
-                ret.value, tctx, "Awaitable", "Coroutine"
-            )
-            if awaited and isinstance(ret, ast.Subscript):
+            head = ret.value if isinstance(ret, ast.Subscript) else ret
+            if isinstance(ret, ast.Subscript) and self.index.is_abc(
+                head, tctx, "Awaitable", "Coroutine"
+            ):
                 ret_inner = ix.slice_items(ret)[-1]  # Awaitable[R], Coroutine[Any, Any, R]
-                sync: ast.expr = ast.Subscript(
-                    value=self.rewrite(target.value, tctx),
-                    slice=ast.Tuple(elts=[self.rewrite(args, tctx), self.rewrite(ret_inner, tctx)]),
-                )
+                elts = [self.rewrite(args, tctx), self.rewrite(ret_inner, tctx)]
+                sync: ast.expr = ast.Subscript(self.rewrite(target.value, tctx), ast.Tuple(elts))
                 if optional:
                     sync = ast.BinOp(left=sync, op=ast.BitOr(), right=ast.Constant(None))
                 return Conversion("hook", ast.unparse(sync), optional)
@@ -195,28 +193,19 @@ class Writer:
             return Conversion("twin", self.text(ann, ctx), optional)
         if isinstance(inner, ast.Subscript) and not optional:
             head, element = self.index.canon_of(inner.value, ctx), ix.slice_items(inner)[0]
-            gen = self.index.is_abc(
-                inner.value, ctx, "AsyncIterator", "AsyncIterable", "AsyncGenerator"
-            )
+            gen = self.index.is_abc(inner.value, ctx, *ASYNC_ITERS)
             if gen and not cm:
                 return self.container("iter", element, ctx)
             # An @asynccontextmanager is written as an async generator of its one value.
-            if (
-                gen
-                or self.index.is_abc(inner.value, ctx, "AsyncContextManager")
-                or head == ("contextlib", "AbstractAsyncContextManager")
-            ):
+            acm = self.index.is_abc(inner.value, ctx, "AsyncContextManager") or head == ACM
+            if gen or acm:
                 return self.container("cm", element, ctx)
         if bad := self.plan.mentions_async(ann, ctx):
             raise GenError(f"{ctx.path}: cannot twin a result of type {ast.unparse(ann)!r} ({bad})")
         return Conversion("plain", self.text(ann, ctx))
 
     def container(self, kind: str, element: ast.expr, ctx: Module) -> Conversion:
-        module, wrapper = (
-            ("contextlib", "AbstractContextManager")
-            if kind == "cm"
-            else ("collections.abc", "Iterator")
-        )
+        module, wrapper = CONTAINERS[kind]
         elem_inner, _ = ix.split_optional(ix.parse_str(element))
         twinned = self.plan.is_twin(self.index.canon_of(elem_inner, ctx))
         if not twinned and self.plan.mentions_async(element, ctx):
@@ -224,14 +213,14 @@ class Writer:
         name = self.need(module, wrapper)
         return Conversion(kind, f"{name}[{self.text(element, ctx)}]", False, twinned)
 
-    def doc(self, text: str | None, level: int) -> list[str]:
+    def doc(self, text: str | None, level: int) -> Lines:
         return [ind(level) + self.plan.usage.doc(text)] if text else []
 
     def head(
-        self, name: str, params: list[str], ret: str | None, fn: Func, ctx: Module, lv: int
-    ) -> list[str]:
+        self, name: str, ps: list[str], ret: str | None, fn: Func, ctx: Module, lv: int
+    ) -> Lines:
         """``def name(params) -> ret:`` and the docstring of ``fn``, rewritten."""
-        return define(name, params, ret, lv) + self.doc(ix.doc_segment(fn.body, ctx), lv + 1)
+        return define(name, ps, ret, lv) + self.doc(ix.doc_segment(fn.body, ctx), lv + 1)
 
     def signature(self, fn: Func, ctx: Module, rt: str) -> tuple[list[str], list[str], str | None]:
         """(sync parameter texts, call argument texts, runtime parameter) of ``fn``."""
@@ -287,15 +276,12 @@ class Writer:
         """The first required parameter typed with a twinned class: its runtime is used."""
         for arg in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]:
             inner, optional = ix.split_optional(arg.annotation or ast.Constant(None))
-            if (
-                arg.arg not in ("self", "cls")
-                and not optional
-                and self.plan.is_twin(self.index.canon_of(inner, ctx))
-            ):
+            twin = self.plan.is_twin(self.index.canon_of(inner, ctx))
+            if arg.arg not in ("self", "cls") and not optional and twin:
                 return arg.arg
         return None
 
-    def function_text(self, fn: Func, ctx: Module, target: str = "", lv: int = 0) -> list[str]:
+    def function_text(self, fn: Func, ctx: Module, target: str = "", lv: int = 0) -> Lines:
         """A function (or static method): forwards on its client's runtime, or starts one."""
         target = target or f"_async.{fn.name}"
         runtime = self.runtime_param(fn, ctx)
@@ -320,7 +306,7 @@ class Writer:
 
     def forward(
         self, r: Conversion, func: str, args: list[str], owner: str, lv: int, x: str
-    ) -> list[str]:
+    ) -> Lines:
         """Body lines calling ``func(*args)``; twinned results are wrapped by ``owner._twin``."""
         if r.kind in ("none", "plain"):
             return call(func, args, lv, "" if r.kind == "none" else "return ")
@@ -332,7 +318,7 @@ class Writer:
         body = [f"result{x}: {r.annotation} = {wrapped}", f"return result{x}"]
         return call(func, args, lv, f"value{x} = ") + [ind(lv) + b for b in body]
 
-    def class_text(self, plan: ClassPlan) -> list[str]:
+    def class_text(self, plan: ClassPlan) -> Lines:
         ctx = plan.ctx
         bases = [self.need(self.plan.twins[c], c[1]) for c in plan.twinned_bases]
         bases = bases or [self.need(TWIN, "SyncTwin")]
@@ -347,22 +333,20 @@ class Writer:
             lines += self.member_text(plan, member, has_next)
         return lines
 
-    def init_text(self, plan: ClassPlan) -> list[str]:
+    def init_text(self, plan: ClassPlan) -> Lines:
         """A constructor for classes built on a twinned object (recipes take ``client``)."""
         fn, ctx, overloads = plan.init or (None, plan.ctx, [])
         runtime = self.runtime_param(fn, ctx) if fn else None
         if fn is None or runtime is None:
             return []  # created by factories only (SyncTwin.__init__ explains that)
         params, args, _ = self.signature(fn, ctx, f"{runtime}._rt")
-        lines = self.overload_stubs(overloads, "__init__", ctx)
+        lines = self.overload_stubs(overloads, "__init__", ctx, False)
         lines += self.head("__init__", params, "None", fn, ctx, 1)
         x = suffix(params)
         lines += call(f"{runtime}._rt.call_sync", [f"_async.{plan.name}", *args], 2, f"value{x} = ")
         return [*lines, f"{ind(2)}self._bind({runtime}._rt, value{x}, {runtime}._owner())"]
 
-    def overload_stubs(
-        self, fns: list[Func], name: str, ctx: Module, cm: bool = False
-    ) -> list[str]:
+    def overload_stubs(self, fns: list[Func], name: str, ctx: Module, cm: bool) -> Lines:
         lines: list[str] = []
         for fn in fns:
             params, _, _ = self.signature(fn, ctx, "self._rt")
@@ -371,7 +355,7 @@ class Writer:
             lines[-1] += " ..."
         return lines
 
-    def member_text(self, plan: ClassPlan, m: Member, has_next: bool) -> list[str]:
+    def member_text(self, plan: ClassPlan, m: Member, has_next: bool) -> Lines:
         ctx, fn = m.ctx, m.node
         if m.kind in ("property", "attribute"):
             return self.property_text(m)
@@ -408,24 +392,20 @@ class Writer:
             done = f"self._rt.exit({', '.join(['self', *args])})"
             if m.name == "aclose":
                 done = f"self._rt.call_closing({', '.join(['self._a.aclose', *args])})"
-            body = (
-                [done]
-                if result.kind == "none"
-                else [f"result{x}: {ann} = {done}", f"return result{x}"]
-            )
+            body = [f"result{x}: {ann} = {done}", f"return result{x}"]
+            body = [done] if result.kind == "none" else body
             body = ["try:", *(f"    {b}" for b in body), "finally:", "    self._release()"]
             return lines + [ind(2) + line for line in body]
         if m.name == "__anext__":
-            return lines + self.forward(
-                result, "self._rt.next", ["self._a.__anext__"], "self", 2, ""
-            )
+            anext = ["self._a.__anext__"]
+            return lines + self.forward(result, "self._rt.next", anext, "self", 2, "")
         is_async = isinstance(fn, ast.AsyncFunctionDef) and not ix.is_async_generator(fn)
         if is_async and result.kind in ("iter", "cm"):
             raise GenError(f"{ctx.path}: async {m.name} returning {ann}")
         method = "self._rt.call" if is_async else "self._rt.call_sync"
         return lines + self.forward(result, method, [f"self._a.{m.name}", *args], "self", 2, x)
 
-    def property_text(self, m: Member) -> list[str]:
+    def property_text(self, m: Member) -> Lines:
         ctx, fn = m.ctx, m.node
         ann, doc = m.annotation, m.doc
         if isinstance(fn, ast.AsyncFunctionDef) and m.kind == "property":
@@ -470,11 +450,8 @@ def module_text(plan: Plan, mod: Module, names: list[str]) -> str:
 
 def package_text(plan: Plan) -> str:
     """The text of ``etcd_recipes/sync/__init__.py`` (unformatted)."""
-    pairs = [(plan.twins.get(c, c[0]), n) for n, c in plan.exports.items()]
-    pairs = [
-        (out_name(c[0]) if c in plan.functions else m, n)
-        for (m, n), c in zip(pairs, plan.exports.values())
-    ]
+    where = {**plan.twins, **{c: out_name(c[0]) for c in plan.functions}}
+    pairs = [(where.get(c, c[0]), n) for n, c in plan.exports.items()]
     exports: dict[str, set[str]] = {}
     for module, name in [*pairs, *SYNC_ONLY]:
         exports.setdefault(module, set()).add(name)
@@ -483,6 +460,6 @@ def package_text(plan: Plan) -> str:
     return "\n".join([*head, *imports(exports, 0), f"__all__ = {every!r}", PACKAGE_TAIL]) + "\n"
 
 
-def imports(names: dict[str, set[str]], level: int) -> list[str]:
+def imports(names: dict[str, set[str]], level: int) -> Lines:
     """``from m import a, b`` lines (ruff's isort rule orders and groups them afterwards)."""
     return [f"{ind(level)}from {m} import {', '.join(sorted(n))}" for m, n in sorted(names.items())]
