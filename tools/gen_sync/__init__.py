@@ -86,15 +86,11 @@ __all__ = ["HEADER", "MARKER", "GenError", "check", "generate", "main", "write"]
 
 def generate(source_root: Path) -> dict[str, str]:
     """Every generated file (path relative to the output directory) and its formatted text."""
-    usage = Usage()
-    plan = Plan(source_root, usage)
+    plan = Plan(source_root, usage := Usage())
     files: dict[str, str] = {}
     for module, names in plan.modules().items():
-        mod = plan.index.module(module)
-        assert mod is not None
-        rel = module.removeprefix(PACKAGE + ".").replace(".", "/")
-        rel += "/__init__.py" if mod.path.endswith("__init__.py") else ".py"
-        files[rel] = module_text(plan, mod, names)
+        if mod := plan.index.module(module):
+            files[mod.path.removeprefix(PACKAGE + "/")] = module_text(plan, mod, names)
     for path in list(files):
         parts = path.split("/")[:-1]
         for i in range(1, len(parts) + 1):
@@ -134,13 +130,13 @@ def _compare(source_root: Path, output: Path | None) -> tuple[Path, dict[str, st
     """(output directory, expected files, generated files on disk that no input produces)."""
     output = output or source_root / OUTPUT
     expected = generate(source_root)
-    on_disk = [
-        f.relative_to(output).as_posix() for f in sorted(output.rglob("*.py")) if output.is_dir()
-    ]
-    on_disk = [
-        rel for rel in on_disk if (output / rel).read_text(encoding="utf-8").startswith(MARKER)
-    ]
-    return output, expected, [rel for rel in on_disk if rel not in expected]
+    files = sorted(output.rglob("*.py")) if output.is_dir() else []
+    ours = [f for f in files if f.read_text(encoding="utf-8").startswith(MARKER)]
+    return (
+        output,
+        expected,
+        [r for f in ours if (r := f.relative_to(output).as_posix()) not in expected],
+    )
 
 
 def check(source_root: Path, output: Path | None = None) -> list[str]:
@@ -154,9 +150,8 @@ def check(source_root: Path, output: Path | None = None) -> list[str]:
             old, new = current.splitlines(keepends=True), text.splitlines(keepends=True)
             diff = difflib.unified_diff(old, new, f"{file} (committed)", f"{file} (generated)")
             problems.append(f"stale generated file: {file}\n{''.join(diff)}")
-    return problems + [
-        f"generated file no input produces (delete it): {output / r}" for r in orphans
-    ]
+    orphaned = [f"generated file no input produces (delete it): {output / r}" for r in orphans]
+    return problems + orphaned
 
 
 def write(source_root: Path, output: Path | None = None) -> list[Path]:
@@ -181,12 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Generate the blocking facade etcd_recipes/sync/ from the async source.",
     )
     parser.add_argument("--check", action="store_true", help="exit 1 if the output is stale")
-    parser.add_argument(
-        "--source-root",
-        type=Path,
-        default=Path(__file__).resolve().parents[2],
-        help="the directory that contains the etcd_recipes package (default: the repository)",
-    )
+    root, helps = Path(__file__).resolve().parents[2], "the directory that holds etcd_recipes"
+    parser.add_argument("--source-root", type=Path, default=root, help=f"{helps} (default: repo)")
     parser.add_argument("--output", type=Path, help=f"default: <source-root>/{OUTPUT}")
     args = parser.parse_args(argv)
     try:
