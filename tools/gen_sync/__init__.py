@@ -98,10 +98,8 @@ def generate(source_root: Path) -> dict[str, str]:
             doc = f'"""Blocking twins of :mod:`{package}` (see :mod:`etcd_recipes.sync`)."""'
             files.setdefault(init, f"{HEADER.format(source=f'{PACKAGE}/{init}')}\n{doc}\n")
     files["__init__.py"] = package_text(plan)
-    if unused := usage.unused():
-        raise GenError(
-            "unused rules (delete them from tools/gen_sync/rules.py): " + "; ".join(unused)
-        )
+    if unused := "; ".join(usage.unused()):
+        raise GenError(f"unused rules (delete them from tools/gen_sync/rules.py): {unused}")
     return ruff(dict(sorted(files.items())))
 
 
@@ -110,7 +108,7 @@ def ruff(files: dict[str, str]) -> dict[str, str]:
     beside = Path(sys.executable).with_name("ruff")
     found = str(beside) if beside.is_file() else shutil.which("ruff")
     command = [found] if found else [sys.executable, "-m", "ruff"]
-    settings = ["--quiet", "--isolated", "--line-length", "100", "--target-version", "py310"]
+    opts = ["--quiet", "--isolated", "--line-length", "100", "--target-version", "py310"]
     first_party = ["--config", f'lint.isort.known-first-party = ["{PACKAGE}"]']
     with tempfile.TemporaryDirectory(prefix="gen_sync-") as tmp:
         base = Path(tmp) / OUTPUT
@@ -119,7 +117,7 @@ def ruff(files: dict[str, str]) -> dict[str, str]:
             (base / rel).write_text(text, encoding="utf-8")
         for args in (["check", "--select", "I", "--fix", *first_party], ["format"]):
             run = subprocess.run(
-                [*command, *args, *settings, str(base)], capture_output=True, text=True
+                [*command, *args, *opts, str(base)], capture_output=True, text=True
             )
             if run.returncode:
                 raise GenError(f"ruff {args[0]} failed on the output:\n{run.stdout}{run.stderr}")
@@ -132,11 +130,8 @@ def _compare(source_root: Path, output: Path | None) -> tuple[Path, dict[str, st
     expected = generate(source_root)
     files = sorted(output.rglob("*.py")) if output.is_dir() else []
     ours = [f for f in files if f.read_text(encoding="utf-8").startswith(MARKER)]
-    return (
-        output,
-        expected,
-        [r for f in ours if (r := f.relative_to(output).as_posix()) not in expected],
-    )
+    rels = [f.relative_to(output).as_posix() for f in ours]
+    return output, expected, [r for r in rels if r not in expected]
 
 
 def check(source_root: Path, output: Path | None = None) -> list[str]:

@@ -16,11 +16,9 @@ from .rules import HEADER, PACKAGE_DOC, SYNC_ONLY
 Lines = list[str]  # lines of generated code
 TWIN = "etcd_recipes.sync._twin"
 ASYNC_ITERS = ("AsyncIterator", "AsyncIterable", "AsyncGenerator")
-ACM = ("contextlib", "AbstractAsyncContextManager")
-CONTAINERS = {
-    "cm": ("contextlib", "AbstractContextManager"),
-    "iter": ("collections.abc", "Iterator"),
-}
+ACM, AWAITS = ("contextlib", "AbstractAsyncContextManager"), ("Awaitable", "Coroutine")
+CONTAINERS = {"cm": ("contextlib", "AbstractContextManager")}
+CONTAINERS["iter"] = ("collections.abc", "Iterator")
 PACKAGE_TAIL = """
 # Twins report the package they are imported from (as etcd_recipes does), not their module.
 for _value in list(locals().values()):
@@ -164,10 +162,8 @@ class Writer:
             if len(items) != 2:
                 raise GenError(f"{ctx.path}: malformed Callable {ast.unparse(target)!r}")
             args, ret = items
-            head = ret.value if isinstance(ret, ast.Subscript) else ret
-            if isinstance(ret, ast.Subscript) and self.index.is_abc(
-                head, tctx, "Awaitable", "Coroutine"
-            ):
+            awaits = isinstance(ret, ast.Subscript) and self.index.is_abc(ret.value, tctx, *AWAITS)
+            if awaits and isinstance(ret, ast.Subscript):
                 ret_inner = ix.slice_items(ret)[-1]  # Awaitable[R], Coroutine[Any, Any, R]
                 elts = [self.rewrite(args, tctx), self.rewrite(ret_inner, tctx)]
                 sync: ast.expr = ast.Subscript(self.rewrite(target.value, tctx), ast.Tuple(elts))
@@ -216,9 +212,7 @@ class Writer:
     def doc(self, text: str | None, level: int) -> Lines:
         return [ind(level) + self.plan.usage.doc(text)] if text else []
 
-    def head(
-        self, name: str, ps: list[str], ret: str | None, fn: Func, ctx: Module, lv: int
-    ) -> Lines:
+    def head(self, name: str, ps: Lines, ret: str | None, fn: Func, ctx: Module, lv: int) -> Lines:
         """``def name(params) -> ret:`` and the docstring of ``fn``, rewritten."""
         return define(name, ps, ret, lv) + self.doc(ix.doc_segment(fn.body, ctx), lv + 1)
 
@@ -304,9 +298,7 @@ class Writer:
         body = [f"result{x}: {result.annotation} = runtime{x}.twin(value{x}, None)"]
         return lines + [ind(lv + 1) + b for b in [*body, f"return result{x}"]]
 
-    def forward(
-        self, r: Conversion, func: str, args: list[str], owner: str, lv: int, x: str
-    ) -> Lines:
+    def forward(self, r: Conversion, func: str, args: Lines, owner: str, lv: int, x: str) -> Lines:
         """Body lines calling ``func(*args)``; twinned results are wrapped by ``owner._twin``."""
         if r.kind in ("none", "plain"):
             return call(func, args, lv, "" if r.kind == "none" else "return ")

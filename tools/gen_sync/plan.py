@@ -12,6 +12,7 @@ from pathlib import Path
 from .rules import EXPORTS, PACKAGE, SPECIAL, Usage
 
 Canon = tuple[str, str]  # (defining module, name)
+Typed = tuple[ast.expr, "Module"]  # an annotation and the module it is written in
 Func = ast.FunctionDef | ast.AsyncFunctionDef
 ABC = ("collections.abc", "typing", "typing_extensions")
 
@@ -264,9 +265,8 @@ class Plan:
                     continue
                 if isinstance(found[1], ast.ClassDef) and self.has_async_api(canon):
                     self.twins[canon] = out_name(canon[0])
-                elif isinstance(found[1], ast.AsyncFunctionDef) or (
-                    isinstance(found[1], ast.FunctionDef)
-                    and self.mentions_async(found[1].returns, found[0])
+                elif isinstance(fn := found[1], ast.AsyncFunctionDef) or (
+                    isinstance(fn, ast.FunctionDef) and self.mentions_async(fn.returns, found[0])
                 ):
                     self.functions.add(canon)
                 else:
@@ -354,10 +354,10 @@ class Plan:
     def modules(self) -> dict[str, list[str]]:
         """Source module -> its twinned names, in source order (bases before subclasses)."""
         out: dict[str, list[str]] = {}
-        for module, _, name in sorted(
+        for m, _, name in sorted(
             (c[0], self.lineno(c), c[1]) for c in [*self.twins, *self.functions]
         ):
-            out.setdefault(module, []).append(name)
+            out.setdefault(m, []).append(name)
         return out
 
     def lineno(self, canon: Canon) -> int:
@@ -460,9 +460,7 @@ class Plan:
             out.append(Member(target.attr, stmt, ctx, "attribute", doc, ann, ann_ctx=ann_ctx))
         return out
 
-    def infer(
-        self, value: ast.expr, params: dict[str, ast.expr], ctx: Module, attr: str
-    ) -> tuple[ast.expr, Module]:
+    def infer(self, value: ast.expr, params: dict[str, ast.expr], ctx: Module, attr: str) -> Typed:
         """The type of an unannotated ``self.attr = value`` (and where that type is written)."""
         if isinstance(value, ast.Name) and value.id in params:
             return params[value.id], ctx
@@ -489,9 +487,5 @@ def out_name(module: str) -> str:
 
 def public_methods(node: ast.ClassDef) -> list[Func]:
     """The public and twinned dunder methods defined in ``node``'s body."""
-    return [
-        f
-        for f in node.body
-        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-        and (f.name in SPECIAL or not f.name.startswith("_"))
-    ]
+    fns = [f for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return [f for f in fns if f.name in SPECIAL or not f.name.startswith("_")]
