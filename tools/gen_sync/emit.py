@@ -216,17 +216,15 @@ class Writer:
         """``def name(params) -> ret:`` and the docstring of ``fn``, rewritten."""
         return define(name, ps, ret, lv) + self.doc(ix.doc_segment(fn.body, ctx), lv + 1)
 
-    def signature(self, fn: Func, ctx: Module, rt: str) -> tuple[list[str], list[str], str | None]:
-        """(sync parameter texts, call argument texts, runtime parameter) of ``fn``."""
+    def signature(self, fn: Func, ctx: Module, rt: str) -> tuple[Lines, Lines]:
+        """(sync parameter texts, call argument texts) of ``fn``."""
         a = fn.args
         params: list[str] = []
         args: list[str] = []
         positional = a.posonlyargs + a.args
         defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
-        runtime: str | None = None
 
         def one(arg: ast.arg, default: ast.expr | None, keyword: bool) -> None:
-            nonlocal runtime
             conv = self.param(arg.annotation, ctx)
             text = arg.arg + (f": {conv.annotation}" if conv.annotation is not None else "")
             if default is not None:
@@ -235,7 +233,6 @@ class Writer:
             value = arg.arg
             if conv.kind == "unwrap":
                 value = f"{arg.arg}._a"
-                runtime = runtime or (None if conv.optional else arg.arg)
             elif conv.kind in ("hook", "listener", "listener_nowait"):
                 value = f"{rt}.{conv.kind}({arg.arg})"
             if conv.optional and value != arg.arg:
@@ -264,7 +261,7 @@ class Writer:
         for arg, kw_default in zip(a.kwonlyargs, a.kw_defaults):
             one(arg, kw_default, True)
         star("**", a.kwarg)
-        return params, args, runtime
+        return params, args
 
     def runtime_param(self, fn: Func, ctx: Module) -> str | None:
         """The first required parameter typed with a twinned class: its runtime is used."""
@@ -279,7 +276,7 @@ class Writer:
         """A function (or static method): forwards on its client's runtime, or starts one."""
         target = target or f"_async.{fn.name}"
         runtime = self.runtime_param(fn, ctx)
-        params, args, runtime = self.signature(fn, ctx, f"{runtime}._rt" if runtime else "runtime")
+        params, args = self.signature(fn, ctx, f"{runtime}._rt" if runtime else "runtime")
         result = self.result(fn.returns, ctx)
         x = suffix(params)
         lines = self.head(fn.name, params, result.annotation, fn, ctx, lv)
@@ -331,7 +328,7 @@ class Writer:
         runtime = self.runtime_param(fn, ctx) if fn else None
         if fn is None or runtime is None:
             return []  # created by factories only (SyncTwin.__init__ explains that)
-        params, args, _ = self.signature(fn, ctx, f"{runtime}._rt")
+        params, args = self.signature(fn, ctx, f"{runtime}._rt")
         lines = self.overload_stubs(overloads, "__init__", ctx, False)
         lines += self.head("__init__", params, "None", fn, ctx, 1)
         x = suffix(params)
@@ -341,7 +338,7 @@ class Writer:
     def overload_stubs(self, fns: list[Func], name: str, ctx: Module, cm: bool) -> Lines:
         lines: list[str] = []
         for fn in fns:
-            params, _, _ = self.signature(fn, ctx, "self._rt")
+            params, _ = self.signature(fn, ctx, "self._rt")
             ret = "None" if name == "__init__" else self.result(fn.returns, ctx, cm=cm).annotation
             lines += [f"{ind(1)}@{self.need('typing', 'overload')}", *define(name, params, ret, 1)]
             lines[-1] += " ..."
@@ -364,7 +361,7 @@ class Writer:
         if decs:
             raise GenError(f"{ctx.path}: cannot twin {plan.name}.{m.name} decorated with {decs}")
         name = self.plan.usage.rename(m.name)
-        params, args, _ = self.signature(fn, ctx, "self._rt")
+        params, args = self.signature(fn, ctx, "self._rt")
         if m.name == "__aiter__" and has_next and ix.returns_self(fn):
             ret = self.result(fn.returns, ctx).annotation
             return [*define(name, params, ret, 1), f"{ind(2)}return self"]

@@ -387,9 +387,8 @@ class Plan:
                         if not twinned:
                             attrs.extend(self.attributes(stmt, ctx))
                         continue
-                    if twinned or stmt.name in members:
-                        continue
-                    if stmt.name.startswith("_") and stmt.name not in SPECIAL:
+                    private = stmt.name.startswith("_") and stmt.name not in SPECIAL
+                    if twinned or stmt.name in members or private:
                         continue
                     if any(d.endswith((".setter", ".deleter")) for d in decs):
                         raise GenError(f"{ctx.path}: property setters are not supported yet")
@@ -398,11 +397,9 @@ class Plan:
                 elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and not twinned:
                     targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
                     ann = stmt.annotation if isinstance(stmt, ast.AnnAssign) else None
-                    for t in targets:
-                        if not isinstance(t, ast.Name) or t.id.startswith("_"):
-                            continue
-                        if t.id not in members and stmt.value is not None:
-                            members[t.id] = Member(t.id, stmt, ctx, "classattr", None, ann)
+                    names = [t.id for t in targets if isinstance(t, ast.Name)] if stmt.value else []
+                    for n in [n for n in names if not n.startswith("_") and n not in members]:
+                        members[n] = Member(n, stmt, ctx, "classattr", None, ann)
             for attr in attrs:
                 members.setdefault(attr.name, attr)
             for base in cls.bases:
