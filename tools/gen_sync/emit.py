@@ -14,7 +14,7 @@ from .plan import Canon, ClassPlan, Func, GenError, Member, Module, Plan, out_na
 from .rules import HEADER, PACKAGE_DOC, SYNC_ONLY
 
 Lines = list[str]  # lines of generated code
-TWIN = "etcd_recipes.sync._twin"
+TWIN, IND = "etcd_recipes.sync._twin", "    "
 ASYNC_ITERS = ("AsyncIterator", "AsyncIterable", "AsyncGenerator")
 ACM, AWAITS = ("contextlib", "AbstractAsyncContextManager"), ("Awaitable", "Coroutine")
 CONTAINERS = {"cm": ("contextlib", "AbstractContextManager")}
@@ -29,25 +29,19 @@ for _value in list(locals().values()):
 del _value"""
 
 
-def ind(level: int) -> str:
-    return "    " * level
-
-
 def call(func: str, args: list[str], level: int, prefix: str = "") -> Lines:
-    return [f"{ind(level)}{prefix}{func}({', '.join(args)})"]
+    return [f"{IND * level}{prefix}{func}({', '.join(args)})"]
 
 
 def define(name: str, params: list[str], returns: str | None, level: int) -> Lines:
-    return [f"{ind(level)}def {name}({', '.join(params)}){f' -> {returns}' if returns else ''}:"]
+    return [f"{IND * level}def {name}({', '.join(params)}){f' -> {returns}' if returns else ''}:"]
 
 
 def suffix(params: list[str]) -> str:
     """A suffix that keeps the generated locals (value, result, runtime) off parameter names."""
     names = {p.lstrip("*").split(":")[0].split("=")[0].strip() for p in params}
-    sfx = ""
-    while names & {f"value{sfx}", f"result{sfx}", f"runtime{sfx}"}:
-        sfx += "_"
-    return sfx
+    sfxs = ("_" * n for n in range(len(params) + 1))
+    return next(x for x in sfxs if not names & {f"value{x}", f"result{x}", f"runtime{x}"})
 
 
 @dataclass
@@ -66,7 +60,6 @@ class Writer:
     def __init__(self, plan: Plan, source: Module) -> None:
         self.plan = plan
         self.index = plan.index
-        self.source = source
         self.out_module = out_name(source.name)
         self.imports: dict[str, set[str]] = {}
         self.tc_imports: dict[str, set[str]] = {}
@@ -210,7 +203,7 @@ class Writer:
         return Conversion(kind, f"{name}[{self.text(element, ctx)}]", False, twinned)
 
     def doc(self, text: str | None, level: int) -> Lines:
-        return [ind(level) + self.plan.usage.doc(text)] if text else []
+        return [IND * level + self.plan.usage.doc(text)] if text else []
 
     def head(self, name: str, ps: Lines, ret: str | None, fn: Func, ctx: Module, lv: int) -> Lines:
         """``def name(params) -> ret:`` and the docstring of ``fn``, rewritten."""
@@ -293,7 +286,7 @@ class Writer:
         factory = "Runtime.create_awaiting" if is_async else "Runtime.create"
         lines += call(factory, [target, *args], lv + 1, f"runtime{x}, value{x} = ")
         body = [f"result{x}: {result.annotation} = runtime{x}.twin(value{x}, None)"]
-        return lines + [ind(lv + 1) + b for b in [*body, f"return result{x}"]]
+        return lines + [IND * (lv + 1) + b for b in [*body, f"return result{x}"]]
 
     def forward(self, r: Conversion, func: str, args: Lines, owner: str, lv: int, x: str) -> Lines:
         """Body lines calling ``func(*args)``; twinned results are wrapped by ``owner._twin``."""
@@ -305,7 +298,7 @@ class Writer:
             convert = f", {owner}._twin" if r.element_twinned else ""
             wrapped = f"{helper}({owner}._rt, value{x}{convert})"
         body = [f"result{x}: {r.annotation} = {wrapped}", f"return result{x}"]
-        return call(func, args, lv, f"value{x} = ") + [ind(lv) + b for b in body]
+        return call(func, args, lv, f"value{x} = ") + [IND * lv + b for b in body]
 
     def class_text(self, plan: ClassPlan) -> Lines:
         ctx = plan.ctx
@@ -315,7 +308,7 @@ class Writer:
             bases.append(f"{self.need('typing', 'Generic')}[{params}]")
         lines = [f"class {plan.name}({', '.join(bases)}, twin_of=_async.{plan.name}):"]
         lines += self.doc(ix.doc_segment(plan.node.body, ctx), 1)
-        lines.append(f"{ind(1)}_a: _async.{plan.name}{f'[{params}]' if params else ''}")
+        lines.append(f"{IND}_a: _async.{plan.name}{f'[{params}]' if params else ''}")
         lines += self.init_text(plan)
         has_next = any(m.name == "__anext__" for m in plan.members)
         for member in plan.members:
@@ -333,14 +326,17 @@ class Writer:
         lines += self.head("__init__", params, "None", fn, ctx, 1)
         x = suffix(params)
         lines += call(f"{runtime}._rt.call_sync", [f"_async.{plan.name}", *args], 2, f"value{x} = ")
-        return [*lines, f"{ind(2)}self._bind({runtime}._rt, value{x}, {runtime}._owner())"]
+        return [*lines, f"{IND * 2}self._bind({runtime}._rt, value{x}, {runtime}._owner())"]
 
     def overload_stubs(self, fns: list[Func], name: str, ctx: Module, cm: bool) -> Lines:
         lines: list[str] = []
         for fn in fns:
             params, _ = self.signature(fn, ctx, "self._rt")
             ret = "None" if name == "__init__" else self.result(fn.returns, ctx, cm=cm).annotation
-            lines += [f"{ind(1)}@{self.need('typing', 'overload')}", *define(name, params, ret, 1)]
+            lines += [
+                f"{IND}@{self.need('typing', 'overload')}",
+                *define(name, params, ret, 1),
+            ]
             lines[-1] += " ..."
         return lines
 
@@ -350,21 +346,21 @@ class Writer:
             return self.property_text(m)
         if m.kind == "classattr":
             typed = f": {self.text(m.annotation, ctx)}" if m.annotation is not None else ""
-            return [f"{ind(1)}{m.name}{typed} = _async.{plan.name}.{m.name}"]
+            return [f"{IND}{m.name}{typed} = _async.{plan.name}.{m.name}"]
         assert isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
         decs = [d for d in ix.decorators(fn) if d not in ("abstractmethod", "abc.abstractmethod")]
         acm = any(d.endswith("asynccontextmanager") for d in decs)
         decs = [d for d in decs if not d.endswith("asynccontextmanager")]
         if decs in (["staticmethod"], ["classmethod"]):
             target = f"_async.{plan.name}.{m.name}"
-            return [f"{ind(1)}@{decs[0]}", *self.function_text(fn, ctx, target, 1)]
+            return [f"{IND}@{decs[0]}", *self.function_text(fn, ctx, target, 1)]
         if decs:
             raise GenError(f"{ctx.path}: cannot twin {plan.name}.{m.name} decorated with {decs}")
         name = self.plan.usage.rename(m.name)
         params, args = self.signature(fn, ctx, "self._rt")
         if m.name == "__aiter__" and has_next and ix.returns_self(fn):
             ret = self.result(fn.returns, ctx).annotation
-            return [*define(name, params, ret, 1), f"{ind(2)}return self"]
+            return [*define(name, params, ret, 1), f"{IND * 2}return self"]
         result = self.result(fn.returns, ctx, cm=acm)
         lines = self.overload_stubs(m.overloads, name, ctx, cm=acm)
         lines += self.head(name, params, result.annotation, fn, ctx, 1)
@@ -376,7 +372,7 @@ class Writer:
             enter = f"value{x} = self._rt.enter(self, self._a)"
             body = ["try:", f"    {enter}", "except BaseException:", "    self._release()"]
             body += ["    raise", f"result{x}: {ann} = {value}", f"return result{x}"]
-            return lines + [ind(2) + line for line in body]
+            return lines + [IND * 2 + line for line in body]
         if m.name in ("__aexit__", "aclose"):
             done = f"self._rt.exit({', '.join(['self', *args])})"
             if m.name == "aclose":
@@ -384,7 +380,7 @@ class Writer:
             body = [f"result{x}: {ann} = {done}", f"return result{x}"]
             body = [done] if result.kind == "none" else body
             body = ["try:", *(f"    {b}" for b in body), "finally:", "    self._release()"]
-            return lines + [ind(2) + line for line in body]
+            return lines + [IND * 2 + line for line in body]
         if m.name == "__anext__":
             anext = ["self._a.__anext__"]
             return lines + self.forward(result, "self._rt.next", anext, "self", 2, "")
@@ -405,7 +401,7 @@ class Writer:
         if result.kind in ("iter", "cm", "none"):
             raise GenError(f"{ctx.path}: cannot twin the property {m.name}: {result.annotation}")
         lines = ["@property", *define(m.name, ["self"], result.annotation, 0)]
-        lines = [ind(1) + line for line in lines] + self.doc(doc, 2)
+        lines = [IND + line for line in lines] + self.doc(doc, 2)
         read = f"lambda: self._a.{m.name}"
         return lines + self.forward(result, "self._rt.call_sync", [read], "self", 2, "")
 
@@ -451,4 +447,6 @@ def package_text(plan: Plan) -> str:
 
 def imports(names: dict[str, set[str]], level: int) -> Lines:
     """``from m import a, b`` lines (ruff's isort rule orders and groups them afterwards)."""
-    return [f"{ind(level)}from {m} import {', '.join(sorted(n))}" for m, n in sorted(names.items())]
+    return [
+        f"{IND * level}from {m} import {', '.join(sorted(n))}" for m, n in sorted(names.items())
+    ]
