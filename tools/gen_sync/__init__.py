@@ -107,7 +107,7 @@ def ruff(files: dict[str, str]) -> dict[str, str]:
     """``files`` with imports sorted (ruff's isort rule) and formatted (``ruff format``)."""
     beside = Path(sys.executable).with_name("ruff")
     found = str(beside) if beside.is_file() else shutil.which("ruff")
-    command = [found] if found else [sys.executable, "-m", "ruff"]
+    ruff_ = [found] if found else [sys.executable, "-m", "ruff"]
     opts = ["--quiet", "--isolated", "--line-length", "100", "--target-version", "py310"]
     first_party = ["--config", f'lint.isort.known-first-party = ["{PACKAGE}"]']
     with tempfile.TemporaryDirectory(prefix="gen_sync-") as tmp:
@@ -116,9 +116,7 @@ def ruff(files: dict[str, str]) -> dict[str, str]:
             (base / rel).parent.mkdir(parents=True, exist_ok=True)
             (base / rel).write_text(text, encoding="utf-8")
         for args in (["check", "--select", "I", "--fix", *first_party], ["format"]):
-            run = subprocess.run(
-                [*command, *args, *opts, str(base)], capture_output=True, text=True
-            )
+            run = subprocess.run([*ruff_, *args, *opts, str(base)], capture_output=True, text=True)
             if run.returncode:
                 raise GenError(f"ruff {args[0]} failed on the output:\n{run.stdout}{run.stderr}")
         return {rel: (base / rel).read_text(encoding="utf-8") for rel in files}
@@ -166,10 +164,8 @@ def write(source_root: Path, output: Path | None = None) -> list[Path]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status (1: stale output, 2: an error)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m tools.gen_sync",
-        description="Generate the blocking facade etcd_recipes/sync/ from the async source.",
-    )
+    about = "Generate the blocking facade etcd_recipes/sync/ from the async source."
+    parser = argparse.ArgumentParser(prog="python -m tools.gen_sync", description=about)
     parser.add_argument("--check", action="store_true", help="exit 1 if the output is stale")
     root, helps = Path(__file__).resolve().parents[2], "the directory that holds etcd_recipes"
     parser.add_argument("--source-root", type=Path, default=root, help=f"{helps} (default: repo)")

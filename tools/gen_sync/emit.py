@@ -333,10 +333,7 @@ class Writer:
         for fn in fns:
             params, _ = self.signature(fn, ctx, "self._rt")
             ret = "None" if name == "__init__" else self.result(fn.returns, ctx, cm=cm).annotation
-            lines += [
-                f"{IND}@{self.need('typing', 'overload')}",
-                *define(name, params, ret, 1),
-            ]
+            lines += [f"{IND}@{self.need('typing', 'overload')}", *define(name, params, ret, 1)]
             lines[-1] += " ..."
         return lines
 
@@ -447,6 +444,4 @@ def package_text(plan: Plan) -> str:
 
 def imports(names: dict[str, set[str]], level: int) -> Lines:
     """``from m import a, b`` lines (ruff's isort rule orders and groups them afterwards)."""
-    return [
-        f"{IND * level}from {m} import {', '.join(sorted(n))}" for m, n in sorted(names.items())
-    ]
+    return [f"{IND * level}from {m} import {', '.join(sorted(names[m]))}" for m in sorted(names)]

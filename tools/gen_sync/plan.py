@@ -354,10 +354,8 @@ class Plan:
     def modules(self) -> dict[str, list[str]]:
         """Source module -> its twinned names, in source order (bases before subclasses)."""
         out: dict[str, list[str]] = {}
-        for m, _, name in sorted(
-            (c[0], self.lineno(c), c[1]) for c in [*self.twins, *self.functions]
-        ):
-            out.setdefault(m, []).append(name)
+        for m, _, n in sorted((c[0], self.lineno(c), c[1]) for c in [*self.twins, *self.functions]):
+            out.setdefault(m, []).append(n)
         return out
 
     def lineno(self, canon: Canon) -> int:
