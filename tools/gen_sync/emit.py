@@ -159,10 +159,8 @@ class Writer:
             if awaits and isinstance(ret, ast.Subscript):
                 ret_inner = ix.slice_items(ret)[-1]  # Awaitable[R], Coroutine[Any, Any, R]
                 elts = [self.rewrite(args, tctx), self.rewrite(ret_inner, tctx)]
-                sync: ast.expr = ast.Subscript(self.rewrite(target.value, tctx), ast.Tuple(elts))
-                if optional:
-                    sync = ast.BinOp(left=sync, op=ast.BitOr(), right=ast.Constant(None))
-                return Conversion("hook", ast.unparse(sync), optional)
+                sync = ast.unparse(ast.Subscript(self.rewrite(target.value, tctx), ast.Tuple(elts)))
+                return Conversion("hook", sync + (" | None" if optional else ""), optional)
             if self.plan.mentions_async(target, tctx):
                 raise GenError(f"{ctx.path}: cannot twin the callable {ast.unparse(ann)!r}")
             kind = "listener_nowait" if ix.is_none(ret) else "listener"
@@ -173,10 +171,8 @@ class Writer:
 
     def result(self, ann: ast.expr | None, ctx: Module, *, cm: bool = False) -> Conversion:
         """How a result crosses: wrapped twin, blocking iterator/context manager, or plain."""
-        if ann is None:
-            return Conversion("plain", None)
-        if ix.is_none(ann):
-            return Conversion("none", "None")
+        if ann is None or ix.is_none(ann):
+            return Conversion("plain", None) if ann is None else Conversion("none", "None")
         inner, optional = ix.split_optional(ix.parse_str(ann))
         if self.plan.is_twin(self.index.canon_of(inner, ctx)):
             return Conversion("twin", self.text(ann, ctx), optional)
