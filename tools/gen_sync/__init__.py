@@ -180,8 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GenError as exc:
         print(f"gen_sync: {exc}", file=sys.stderr)
         return 2
-    for problem in problems:
-        print(problem, file=sys.stderr)
-    if problems:
-        print("etcd_recipes/sync is out of date: run make gen-sync", file=sys.stderr)
+    for line in (
+        [*problems, "etcd_recipes/sync is out of date: run make gen-sync"] if problems else []
+    ):
+        print(line, file=sys.stderr)
     return 1 if problems else 0

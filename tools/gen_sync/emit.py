@@ -1,7 +1,5 @@
-"""Writing one twin module: signatures, conversions at the facade boundary, bodies, imports.
-
-The text is valid Python but not pretty: :func:`tools.gen_sync.ruff` formats it with ruff.
-"""
+"""Writing twin modules: signatures, conversions at the facade boundary, bodies, imports (the
+text is valid Python but not pretty: :func:`tools.gen_sync.ruff` formats it)."""
 
 from __future__ import annotations
 

@@ -105,10 +105,7 @@ class Index:
         return canon is not None and canon[0] in ABC and canon[1] in names
 
     def exports(self) -> list[tuple[str, list[str]]]:
-        """``(module, names)`` of every ``from .module import names`` in the export list.
-
-        ``__all__`` must be exactly the union of those names (and nothing is imported twice).
-        """
+        """``(module, names)`` of each ``from .module import names``; ``__all__`` is their union."""
         if (mod := self.module(PACKAGE)) is None:
             raise GenError(f"no {EXPORTS} under {self.root}")
         found: list[tuple[str, list[str]]] = []
@@ -275,8 +272,7 @@ class Plan:
                 candidates += self.referenced(canon)
 
     def referenced(self, canon: Canon) -> list[Canon]:
-        """Public package classes named by the public signatures of a class (and of its
-        private bases) or of a function: candidates for implicit twins."""
+        """Package classes in public signatures (private bases too): candidates for implicit twins."""
         if (found := self.index.definition(canon)) is None:
             return []
         mod, node = found
@@ -316,9 +312,7 @@ class Plan:
         return None
 
     def has_async_api(self, canon: Canon) -> bool:
-        """Whether ``canon`` is a package class with public async methods, ``async with`` /
-        ``async for`` or methods returning async iterators/context managers (itself or
-        through its package bases): such a class is twinned, never handed out as is."""
+        """Whether ``canon`` (or a package base) has public async methods or returns async types."""
         if canon in self.twins:
             return True
         found = self.index.definition(canon)
@@ -363,8 +357,7 @@ class Plan:
         return found[1].lineno if found else 0
 
     def plan(self, mod: Module, node: ast.ClassDef) -> ClassPlan:
-        """The members of a twinned class: its own, then those of its private bases (flattened);
-        the nearest twinned classes among its ancestors become the twin's bases."""
+        """A twinned class: own members, then private bases' (flattened); nearest twinned bases."""
         twinned_bases: list[Canon] = []
         type_params: list[ast.expr] = []
         members: dict[str, Member] = {}
