@@ -272,7 +272,7 @@ class Plan:
                 candidates += self.referenced(canon)
 
     def referenced(self, canon: Canon) -> list[Canon]:
-        """Package classes in public signatures (private bases too): candidates for implicit twins."""
+        """Package classes in public signatures (private bases too): implicit twin candidates."""
         if (found := self.index.definition(canon)) is None:
             return []
         mod, node = found
