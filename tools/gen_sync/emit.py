@@ -123,10 +123,9 @@ class Writer:
                 args = [repr(name)]
                 pairs = [(None, a) for a in tv.args[1:]] + [(k.arg, k.value) for k in tv.keywords]
                 for key, value in pairs:
-                    if isinstance(value, ast.Constant) and isinstance(value.value, str):
-                        text = repr(ast.unparse(self.rewrite(value, mod)))  # stays lazy
-                    else:
-                        text = ast.unparse(self.rewrite(value, mod, runtime=True))
+                    lazy = isinstance(value, ast.Constant) and isinstance(value.value, str)
+                    text = ast.unparse(self.rewrite(value, mod, runtime=not lazy))
+                    text = repr(text) if lazy else text  # a string stays lazy
                     args.append(f"{key}={text}" if key else text)
                 done[name] = f"{name} = {func}({', '.join(args)})"
         return [done[n] for n in sorted(done)]

@@ -84,15 +84,13 @@ class Index:
 
     def canon_of(self, node: ast.expr, ctx: Module) -> Canon | None:
         """Where the name ``node`` (or a string forward reference to it) is defined."""
-        if isinstance(node, ast.Name):
-            imported = ctx.imports.get(node.id)
-            if imported is not None and imported[1] is None:
-                return None  # a module
-            return self.resolve(ctx.name, node.id)
+        if isinstance(node, ast.Name):  # None for a module
+            is_module = ctx.imports.get(node.id, ("", ""))[1] is None
+            return None if is_module else self.resolve(ctx.name, node.id)
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-            imported = ctx.imports.get(node.value.id)
-            if imported is not None and imported[1] is None:
-                return imported[0], node.attr  # ``module.Name``
+            src, attr = ctx.imports.get(node.value.id, ("", ""))
+            if attr is None:
+                return src, node.attr  # ``module.Name``
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             try:
                 return self.canon_of(ast.parse(node.value, mode="eval").body, ctx)
