@@ -213,9 +213,7 @@ class Writer:
         def one(arg: ast.arg, default: ast.expr | None, keyword: bool) -> None:
             conv = self.param(arg.annotation, ctx)
             text = arg.arg + (f": {conv.annotation}" if conv.annotation is not None else "")
-            if default is not None:
-                text += ("=" if conv.annotation is None else " = ") + self.text(default, ctx)
-            params.append(text)
+            params.append(text + (f" = {self.text(default, ctx)}" if default is not None else ""))
             value = arg.arg
             if conv.kind == "unwrap":
                 value = f"{arg.arg}._a"
