@@ -113,7 +113,7 @@ class _LockBase(ABC):
 
         Cancellation is safe: the waiter key is deleted (and the lease revoked when unused)
         before the cancellation propagates.
-        Reentrant per task: a task that holds it already gets True at once (``hold_count`` grows).
+        Reentrant per task (``hold_count`` counts it).
 
         Example::
 

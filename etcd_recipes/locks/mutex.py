@@ -35,7 +35,7 @@ class DistributedMutex(_Queued, Recipe):
     ``async with mutex:`` acquires the lock for the body (this is the lock's context, not the
     recipe's lifecycle: close the instance with ``aclose()``). The instance keeps one
     acquisition lease across holds.
-    Holds are per asyncio task and reentrant (counted by ``hold_count``).
+    Holds are per asyncio task and reentrant.
 
     Example::
 

@@ -82,8 +82,8 @@ def test_docstrings_are_true_for_a_thread() -> None:
     # belongs to the instance in the facade, which is not reentrant per thread (yet).
     files = gen.generate(ROOT)
     lock = next(text for text in files.values() if "class DistributedMutex(" in text)
-    assert "Not reentrant: a thread that holds it already waits for itself" in lock
-    assert "Holds belong to the instance and are **not reentrant** here" in lock
+    assert "Not reentrant: a holder waits for itself." in lock
+    assert "Holds belong to the instance: not reentrant." in lock
     assert "Whether this instance holds the lock" in lock
     for text in files.values():
         assert "the calling task" not in text

@@ -2,6 +2,6 @@
 
 import sys
 
-from tools.gen_sync.output import main
+from tools.gen_sync import main
 
 sys.exit(main())

@@ -1,7 +1,5 @@
-"""Writing one twin module: signatures, conversions at the facade boundary, bodies, imports.
-
-The text is valid Python but not pretty: :mod:`tools.gen_sync.output` formats it with ruff.
-"""
+"""Writing twin modules: signatures, conversions at the facade boundary, bodies, imports (the
+text is valid Python but not pretty: :func:`tools.gen_sync.ruff` formats it)."""
 
 from __future__ import annotations
 
@@ -9,12 +7,16 @@ import ast
 import copy
 from dataclasses import dataclass
 
-from . import index as ix
-from .index import Canon, Func, GenError, Module
-from .plan import ClassPlan, Member, Plan, out_name
+from . import plan as ix
+from .plan import Canon, ClassPlan, Func, GenError, Member, Module, Plan, out_name
 from .rules import HEADER, PACKAGE_DOC, SYNC_ONLY
 
-TWIN = "etcd_recipes.sync._twin"
+Lines = list[str]  # lines of generated code
+TWIN, IND = "etcd_recipes.sync._twin", "    "
+ASYNC_ITERS = ("AsyncIterator", "AsyncIterable", "AsyncGenerator")
+ACM, AWAITS = ("contextlib", "AbstractAsyncContextManager"), ("Awaitable", "Coroutine")
+CONTAINERS = {"cm": ("contextlib", "AbstractContextManager")}
+CONTAINERS["iter"] = ("collections.abc", "Iterator")
 PACKAGE_TAIL = """
 # Twins report the package they are imported from (as etcd_recipes does), not their module.
 for _value in list(locals().values()):
@@ -25,25 +27,19 @@ for _value in list(locals().values()):
 del _value"""
 
 
-def ind(level: int) -> str:
-    return "    " * level
+def call(func: str, args: list[str], level: int, prefix: str = "") -> Lines:
+    return [f"{IND * level}{prefix}{func}({', '.join(args)})"]
 
 
-def call(func: str, args: list[str], level: int, prefix: str = "") -> list[str]:
-    return [f"{ind(level)}{prefix}{func}({', '.join(args)})"]
-
-
-def define(name: str, params: list[str], returns: str | None, level: int) -> list[str]:
-    return [f"{ind(level)}def {name}({', '.join(params)}){f' -> {returns}' if returns else ''}:"]
+def define(name: str, params: list[str], returns: str | None, level: int) -> Lines:
+    return [f"{IND * level}def {name}({', '.join(params)}){f' -> {returns}' if returns else ''}:"]
 
 
 def suffix(params: list[str]) -> str:
     """A suffix that keeps the generated locals (value, result, runtime) off parameter names."""
     names = {p.lstrip("*").split(":")[0].split("=")[0].strip() for p in params}
-    sfx = ""
-    while names & {f"value{sfx}", f"result{sfx}", f"runtime{sfx}"}:
-        sfx += "_"
-    return sfx
+    sfxs = ("_" * n for n in range(len(params) + 1))
+    return next(x for x in sfxs if not names & {f"value{x}", f"result{x}", f"runtime{x}"})
 
 
 @dataclass
@@ -62,7 +58,6 @@ class Writer:
     def __init__(self, plan: Plan, source: Module) -> None:
         self.plan = plan
         self.index = plan.index
-        self.source = source
         self.out_module = out_name(source.name)
         self.imports: dict[str, set[str]] = {}
         self.tc_imports: dict[str, set[str]] = {}
@@ -71,19 +66,15 @@ class Writer:
 
     def need(self, module: str, name: str, *, type_only: bool = False) -> str:
         """Import ``name`` from ``module`` (unless builtin/local) and return the name to use."""
-        canon = (module, name)
         if module == "builtins":
             return name
-        previous = self.names.setdefault(name, canon)
-        if previous != canon:
-            raise GenError(f"{self.out_module}: {name!r} means both {previous} and {canon}")
-        if module == self.out_module:
-            return name
-        if type_only and name not in self.imports.get(module, set()):
-            self.tc_imports.setdefault(module, set()).add(name)
-        elif not type_only:
+        if (previous := self.names.setdefault(name, (module, name))) != (module, name):
+            raise GenError(f"{self.out_module}: {name!r} means {previous} and {(module, name)}")
+        if module != self.out_module and not type_only:
             self.imports.setdefault(module, set()).add(name)
             self.tc_imports.get(module, set()).discard(name)
+        elif module != self.out_module and name not in self.imports.get(module, set()):
+            self.tc_imports.setdefault(module, set()).add(name)
         return name
 
     def rewrite(self, node: ast.expr, ctx: Module, *, runtime: bool = False) -> ast.expr:
@@ -119,40 +110,33 @@ class Writer:
     def text(self, node: ast.expr, ctx: Module) -> str:
         return ast.unparse(self.rewrite(node, ctx))
 
-    def typevar_lines(self) -> list[str]:
+    def typevar_lines(self) -> Lines:
         """``T = TypeVar("T", ...)`` for every TypeVar the module uses (bounds twinned)."""
         done: dict[str, str] = {}
         while set(self.typevars) - set(done):
             for name in sorted(set(self.typevars) - set(done)):
                 canon = self.typevars[name]
-                tv = self.plan.typevar(canon)
-                mod = self.index.module(canon[0])
+                tv, mod = self.plan.typevar(canon), self.index.module(canon[0])
                 assert tv is not None
                 assert mod is not None
                 func = self.need(*self.index.canon_of(tv.func, mod) or ("typing", "TypeVar"))
                 args = [repr(name)]
                 pairs = [(None, a) for a in tv.args[1:]] + [(k.arg, k.value) for k in tv.keywords]
                 for key, value in pairs:
-                    if isinstance(value, ast.Constant) and isinstance(value.value, str):
-                        text = repr(ast.unparse(self.rewrite(value, mod)))  # stays lazy
-                    else:
-                        text = ast.unparse(self.rewrite(value, mod, runtime=True))
+                    lazy = isinstance(value, ast.Constant) and isinstance(value.value, str)
+                    text = ast.unparse(self.rewrite(value, mod, runtime=not lazy))
+                    text = repr(text) if lazy else text  # a string stays lazy
                     args.append(f"{key}={text}" if key else text)
                 done[name] = f"{name} = {func}({', '.join(args)})"
         return [done[n] for n in sorted(done)]
 
-    # ---------------------------------------------------------------- conversions
-
     def alias_target(self, node: ast.expr, ctx: Module) -> tuple[ast.expr, Module]:
         """Follow a module-level alias of a ``Callable[...]`` to its definition."""
         canon = self.index.canon_of(node, ctx)
-        found = self.index.definition(canon) if canon else None
-        if found and isinstance(found[1], (ast.Assign, ast.AnnAssign)) and found[1].value:
-            value = found[1].value
-            if isinstance(value, ast.Subscript) and self.index.is_abc(
-                value.value, found[0], "Callable"
-            ):
-                return value, found[0]
+        mod, stmt = (self.index.definition(canon) if canon else None) or (ctx, None)
+        value = stmt.value if isinstance(stmt, (ast.Assign, ast.AnnAssign)) else None
+        if isinstance(value, ast.Subscript) and self.index.is_abc(value.value, mod, "Callable"):
+            return value, mod
         return node, ctx
 
     def param(self, ann: ast.expr | None, ctx: Module) -> Conversion:
@@ -168,19 +152,12 @@ class Writer:
             if len(items) != 2:
                 raise GenError(f"{ctx.path}: malformed Callable {ast.unparse(target)!r}")
             args, ret = items
-            ret_inner = ret
-            if isinstance(ret, ast.Subscript) and self.index.is_abc(ret.value, tctx, "Awaitable"):
-                ret_inner = ret.slice
-            elif isinstance(ret, ast.Subscript) and self.index.is_abc(ret.value, tctx, "Coroutine"):
-                ret_inner = ix.slice_items(ret)[-1]
-            if ret_inner is not ret:
-                sync: ast.expr = ast.Subscript(
-                    value=self.rewrite(target.value, tctx),
-                    slice=ast.Tuple(elts=[self.rewrite(args, tctx), self.rewrite(ret_inner, tctx)]),
-                )
-                if optional:
-                    sync = ast.BinOp(left=sync, op=ast.BitOr(), right=ast.Constant(None))
-                return Conversion("hook", ast.unparse(sync), optional)
+            awaits = isinstance(ret, ast.Subscript) and self.index.is_abc(ret.value, tctx, *AWAITS)
+            if awaits and isinstance(ret, ast.Subscript):
+                ret_inner = ix.slice_items(ret)[-1]  # Awaitable[R], Coroutine[Any, Any, R]
+                elts = [self.rewrite(args, tctx), self.rewrite(ret_inner, tctx)]
+                sync = ast.unparse(ast.Subscript(self.rewrite(target.value, tctx), ast.Tuple(elts)))
+                return Conversion("hook", sync + (" | None" if optional else ""), optional)
             if self.plan.mentions_async(target, tctx):
                 raise GenError(f"{ctx.path}: cannot twin the callable {ast.unparse(ann)!r}")
             kind = "listener_nowait" if ix.is_none(ret) else "listener"
@@ -191,33 +168,26 @@ class Writer:
 
     def result(self, ann: ast.expr | None, ctx: Module, *, cm: bool = False) -> Conversion:
         """How a result crosses: wrapped twin, blocking iterator/context manager, or plain."""
-        if ann is None:
-            return Conversion("plain", None)
-        if ix.is_none(ann):
-            return Conversion("none", "None")
+        if ann is None or ix.is_none(ann):
+            return Conversion("plain", None) if ann is None else Conversion("none", "None")
         inner, optional = ix.split_optional(ix.parse_str(ann))
         if self.plan.is_twin(self.index.canon_of(inner, ctx)):
             return Conversion("twin", self.text(ann, ctx), optional)
         if isinstance(inner, ast.Subscript) and not optional:
-            head = self.index.canon_of(inner.value, ctx)
-            if self.index.is_abc(
-                inner.value, ctx, "AsyncIterator", "AsyncIterable", "AsyncGenerator"
-            ):
-                # An @asynccontextmanager is written as an async generator of its one value.
-                kind, wrapper = ("cm", "AbstractContextManager") if cm else ("iter", "Iterator")
-                return self.container(kind, wrapper, ix.slice_items(inner)[0], ctx)
-            if self.index.is_abc(inner.value, ctx, "AsyncContextManager") or head == (
-                "contextlib",
-                "AbstractAsyncContextManager",
-            ):
-                return self.container("cm", "AbstractContextManager", ix.slice_items(inner)[0], ctx)
-        bad = self.plan.mentions_async(ann, ctx)
-        if bad:
+            head, element = self.index.canon_of(inner.value, ctx), ix.slice_items(inner)[0]
+            gen = self.index.is_abc(inner.value, ctx, *ASYNC_ITERS)
+            if gen and not cm:
+                return self.container("iter", element, ctx)
+            # An @asynccontextmanager is written as an async generator of its one value.
+            acm = self.index.is_abc(inner.value, ctx, "AsyncContextManager") or head == ACM
+            if gen or acm:
+                return self.container("cm", element, ctx)
+        if bad := self.plan.mentions_async(ann, ctx):
             raise GenError(f"{ctx.path}: cannot twin a result of type {ast.unparse(ann)!r} ({bad})")
         return Conversion("plain", self.text(ann, ctx))
 
-    def container(self, kind: str, wrapper: str, element: ast.expr, ctx: Module) -> Conversion:
-        module = "contextlib" if wrapper == "AbstractContextManager" else "collections.abc"
+    def container(self, kind: str, element: ast.expr, ctx: Module) -> Conversion:
+        module, wrapper = CONTAINERS[kind]
         elem_inner, _ = ix.split_optional(ix.parse_str(element))
         twinned = self.plan.is_twin(self.index.canon_of(elem_inner, ctx))
         if not twinned and self.plan.mentions_async(element, ctx):
@@ -225,319 +195,244 @@ class Writer:
         name = self.need(module, wrapper)
         return Conversion(kind, f"{name}[{self.text(element, ctx)}]", False, twinned)
 
+    def doc(self, text: str | None, level: int) -> Lines:
+        return [IND * level + self.plan.usage.doc(text)] if text else []
 
-class Emitter:
-    """Text of every generated module of one :class:`Plan`."""
+    def head(self, name: str, ps: Lines, ret: str | None, fn: Func, ctx: Module, lv: int) -> Lines:
+        """``def name(params) -> ret:`` and the docstring of ``fn``, rewritten."""
+        return define(name, ps, ret, lv) + self.doc(ix.doc_segment(fn.body, ctx), lv + 1)
 
-    def __init__(self, plan: Plan) -> None:
-        self.plan = plan
-        self.usage = plan.usage
-
-    def doc(self, text: str | None, level: int) -> list[str]:
-        return [ind(level) + self.usage.doc(text)] if text else []
-
-    def head(
-        self, name: str, params: list[str], returns: str | None, fn: Func, ctx: Module, level: int
-    ) -> list[str]:
-        """``def name(params) -> returns:`` and the docstring of ``fn``, rewritten."""
-        return define(name, params, returns, level) + self.doc(
-            ix.doc_segment(fn.body, ctx), level + 1
-        )
-
-    # ---------------------------------------------------------------- modules
-
-    def module_text(self, mod: Module, names: list[str]) -> str:
-        w = Writer(self.plan, mod)
-        body: list[str] = []
-        for name in names:
-            node = mod.defs[name]
-            body += ["", ""]
-            if isinstance(node, ast.ClassDef):
-                body += self.class_text(w, self.plan.plan(mod, node))
-            else:
-                assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-                body += self.function_text(w, node, mod)
-        typevars = w.typevar_lines()
-        tc = {m: n - w.imports.get(m, set()) for m, n in w.tc_imports.items()}
-        tc = {m: n for m, n in tc.items() if n}
-        if tc:
-            w.need("typing", "TYPE_CHECKING")
-        package, _, leaf = mod.name.rpartition(".")
-        if package in w.imports:
-            raise GenError(f"{w.out_module}: would import from {package} twice")
-        head = [
-            HEADER.format(source=mod.path),
-            f'"""Blocking twin of :mod:`{mod.name}` (see :mod:`etcd_recipes.sync`)."""',
-            "",
-            "from __future__ import annotations",
-            "",
-            f"from {package} import {leaf} as _async",
-            *imports(w.imports, 0),
-        ]
-        if tc:
-            head += ["", "if TYPE_CHECKING:", *imports(tc, 1)]
-        head += ["", f"__all__ = {sorted(names)!r}", "", *typevars]
-        return "\n".join(head + body) + "\n"
-
-    def package_text(self) -> str:
-        exports: dict[str, set[str]] = {}
-        for name, canon in self.plan.exports.items():
-            module = self.plan.twins.get(canon, canon[0])
-            if canon in self.plan.functions:
-                module = out_name(canon[0])
-            exports.setdefault(module, set()).add(name)
-        for module, name in SYNC_ONLY:
-            exports.setdefault(module, set()).add(name)
-        every = sorted({*self.plan.exports, *(n for _, n in SYNC_ONLY)})
-        lines = [HEADER.format(source="the export list etcd_recipes/__init__.py"), PACKAGE_DOC]
-        body = [*lines, *imports(exports, 0), f"__all__ = {every!r}", PACKAGE_TAIL]
-        return "\n".join(body) + "\n"
-
-    # ---------------------------------------------------------------- functions
-
-    def signature(
-        self, w: Writer, fn: Func, ctx: Module, rt: str
-    ) -> tuple[list[str], list[str], str | None]:
-        """(sync parameter texts, call argument texts, runtime parameter) of ``fn``."""
+    def signature(self, fn: Func, ctx: Module, rt: str) -> tuple[Lines, Lines]:
+        """(sync parameter texts, call argument texts) of ``fn``."""
         a = fn.args
         params: list[str] = []
         args: list[str] = []
         positional = a.posonlyargs + a.args
-        defaults: list[ast.expr | None] = [None] * (len(positional) - len(a.defaults))
-        defaults += list(a.defaults)
-        runtime: str | None = None
+        defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
 
         def one(arg: ast.arg, default: ast.expr | None, keyword: bool) -> None:
-            nonlocal runtime
-            conv = w.param(arg.annotation, ctx)
+            conv = self.param(arg.annotation, ctx)
             text = arg.arg + (f": {conv.annotation}" if conv.annotation is not None else "")
-            if default is not None:
-                text += ("=" if conv.annotation is None else " = ") + w.text(default, ctx)
-            params.append(text)
+            params.append(text + (f" = {self.text(default, ctx)}" if default is not None else ""))
             value = arg.arg
             if conv.kind == "unwrap":
                 value = f"{arg.arg}._a"
-                if runtime is None and not conv.optional:
-                    runtime = arg.arg
             elif conv.kind in ("hook", "listener", "listener_nowait"):
                 value = f"{rt}.{conv.kind}({arg.arg})"
             if conv.optional and value != arg.arg:
                 value = f"None if {arg.arg} is None else {value}"
             args.append(f"{arg.arg}={value}" if keyword else value)
 
+        def star(prefix: str, extra: ast.arg | None) -> None:
+            if extra is not None:
+                conv = self.param(extra.annotation, ctx)
+                if conv.kind != "plain":
+                    raise GenError(f"{ctx.path}: {prefix}{extra.arg} must be plainly typed")
+                ann = f": {conv.annotation}" if conv.annotation else ""
+                params.append(f"{prefix}{extra.arg}{ann}")
+                args.append(f"{prefix}{extra.arg}")
+
         for i, (arg, default) in enumerate(zip(positional, defaults)):
             if i == 0 and arg.arg in ("self", "cls"):
-                params.append(
-                    arg.arg + (f": {w.text(arg.annotation, ctx)}" if arg.annotation else "")
-                )
+                ann = f": {self.text(arg.annotation, ctx)}" if arg.annotation else ""
+                params.append(arg.arg + ann)
             else:
                 one(arg, default, False)
             if a.posonlyargs and arg is a.posonlyargs[-1]:
                 params.append("/")
-        for star, extra in (("*", a.vararg), ("**", a.kwarg)):
-            if star == "**":
-                for arg, kw_default in zip(a.kwonlyargs, a.kw_defaults):
-                    one(arg, kw_default, True)
-            if extra is None:
-                if star == "*" and a.kwonlyargs:
-                    params.append("*")
-                continue
-            conv = w.param(extra.annotation, ctx)
-            if conv.kind != "plain":
-                raise GenError(f"{ctx.path}: {star}{extra.arg} must be plainly typed")
-            params.append(
-                f"{star}{extra.arg}" + (f": {conv.annotation}" if conv.annotation else "")
-            )
-            args.append(f"{star}{extra.arg}")
-        return params, args, runtime
+        star("*", a.vararg)
+        params += ["*"] if a.vararg is None and a.kwonlyargs else []
+        for arg, kw_default in zip(a.kwonlyargs, a.kw_defaults):
+            one(arg, kw_default, True)
+        star("**", a.kwarg)
+        return params, args
 
-    def runtime_param(self, w: Writer, fn: Func, ctx: Module) -> str | None:
+    def runtime_param(self, fn: Func, ctx: Module) -> str | None:
         """The first required parameter typed with a twinned class: its runtime is used."""
-        a = fn.args
-        for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
-            if arg.annotation is None or arg.arg in ("self", "cls"):
-                continue
-            inner, optional = ix.split_optional(arg.annotation)
-            if not optional and self.plan.is_twin(self.plan.index.canon_of(inner, ctx)):
+        for arg in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]:
+            inner, optional = ix.split_optional(arg.annotation or ast.Constant(None))
+            twin = self.plan.is_twin(self.index.canon_of(inner, ctx))
+            if arg.arg not in ("self", "cls") and not optional and twin:
                 return arg.arg
         return None
 
-    def function_text(
-        self, w: Writer, fn: Func, ctx: Module, target: str | None = None, level: int = 0
-    ) -> list[str]:
+    def function_text(self, fn: Func, ctx: Module, target: str = "", lv: int = 0) -> Lines:
         """A function (or static method): forwards on its client's runtime, or starts one."""
         target = target or f"_async.{fn.name}"
-        runtime = self.runtime_param(w, fn, ctx)
-        rt = "runtime" if runtime is None else f"{runtime}._rt"  # the twinned argument's
-        params, args, runtime = self.signature(w, fn, ctx, rt)
-        result = w.result(fn.returns, ctx)
+        runtime = self.runtime_param(fn, ctx)
+        params, args = self.signature(fn, ctx, f"{runtime}._rt" if runtime else "runtime")
+        result = self.result(fn.returns, ctx)
         x = suffix(params)
-        lines = self.head(fn.name, params, result.annotation, fn, ctx, level)
+        lines = self.head(fn.name, params, result.annotation, fn, ctx, lv)
         is_async = isinstance(fn, ast.AsyncFunctionDef) and not ix.is_async_generator(fn)
-        if runtime is None:
-            if result.kind != "twin" or result.optional:
-                raise GenError(
-                    f"{ctx.path}: {fn.name}() takes no twinned argument, so it must return a "
-                    "twinned object (a new client that owns its runtime)"
-                )
-            w.need("etcd_recipes.sync._runtime", "Runtime")
-            factory = "Runtime.create_awaiting" if is_async else "Runtime.create"
-            lines += call(factory, [target, *args], level + 1, f"runtime{x}, value{x} = ")
-            lines.append(
-                f"{ind(level + 1)}result{x}: {result.annotation} = runtime{x}.twin(value{x}, None)"
+        if runtime is not None:
+            func = f"{runtime}._rt.{'call' if is_async else 'call_sync'}"
+            return lines + self.forward(result, func, [target, *args], runtime, lv + 1, x)
+        if result.kind != "twin" or result.optional:
+            raise GenError(
+                f"{ctx.path}: {fn.name}() takes no twinned argument, so it must return a "
+                "twinned object (a new client that owns its runtime)"
             )
-            return [*lines, f"{ind(level + 1)}return result{x}"]
-        func = f"{runtime}._rt.{'call' if is_async else 'call_sync'}"
-        return lines + self.forward(w, result, func, [target, *args], runtime, level + 1, x)
+        self.need("etcd_recipes.sync._runtime", "Runtime")
+        factory = "Runtime.create_awaiting" if is_async else "Runtime.create"
+        lines += call(factory, [target, *args], lv + 1, f"runtime{x}, value{x} = ")
+        body = [f"result{x}: {result.annotation} = runtime{x}.twin(value{x}, None)"]
+        return lines + [IND * (lv + 1) + b for b in [*body, f"return result{x}"]]
 
-    def forward(
-        self,
-        w: Writer,
-        result: Conversion,
-        func: str,
-        args: list[str],
-        owner: str,
-        level: int,
-        x: str,
-    ) -> list[str]:
+    def forward(self, r: Conversion, func: str, args: Lines, owner: str, lv: int, x: str) -> Lines:
         """Body lines calling ``func(*args)``; twinned results are wrapped by ``owner._twin``."""
-        if result.kind == "none":
-            return call(func, args, level)
-        if result.kind == "plain":
-            return call(func, args, level, "return ")
-        lines = call(func, args, level, f"value{x} = ")
+        if r.kind in ("none", "plain"):
+            return call(func, args, lv, "" if r.kind == "none" else "return ")
         wrapped = f"{owner}._twin(value{x})"
-        if result.kind != "twin":
-            helper = w.need(TWIN, "SyncContextManager" if result.kind == "cm" else "SyncIterator")
-            convert = f", {owner}._twin" if result.element_twinned else ""
+        if r.kind != "twin":
+            helper = self.need(TWIN, "SyncContextManager" if r.kind == "cm" else "SyncIterator")
+            convert = f", {owner}._twin" if r.element_twinned else ""
             wrapped = f"{helper}({owner}._rt, value{x}{convert})"
-        return [
-            *lines,
-            f"{ind(level)}result{x}: {result.annotation} = {wrapped}",
-            f"{ind(level)}return result{x}",
-        ]
+        body = [f"result{x}: {r.annotation} = {wrapped}", f"return result{x}"]
+        return call(func, args, lv, f"value{x} = ") + [IND * lv + b for b in body]
 
-    # ---------------------------------------------------------------- classes
-
-    def class_text(self, w: Writer, plan: ClassPlan) -> list[str]:
+    def class_text(self, plan: ClassPlan) -> Lines:
         ctx = plan.ctx
-        bases = [w.need(self.plan.twins[c], c[1]) for c in plan.twinned_bases]
-        bases = bases or [w.need(TWIN, "SyncTwin")]
-        params = ", ".join(w.text(p, ctx) for p in plan.type_params)
-        if params:
-            bases.append(f"{w.need('typing', 'Generic')}[{params}]")
+        bases = [self.need(self.plan.twins[c], c[1]) for c in plan.twinned_bases]
+        bases = bases or [self.need(TWIN, "SyncTwin")]
+        if params := ", ".join(self.text(p, ctx) for p in plan.type_params):
+            bases.append(f"{self.need('typing', 'Generic')}[{params}]")
         lines = [f"class {plan.name}({', '.join(bases)}, twin_of=_async.{plan.name}):"]
         lines += self.doc(ix.doc_segment(plan.node.body, ctx), 1)
-        lines.append(f"{ind(1)}_a: _async.{plan.name}{f'[{params}]' if params else ''}")
-        if plan.init is not None:
-            lines += self.init_text(w, plan)
+        lines.append(f"{IND}_a: _async.{plan.name}{f'[{params}]' if params else ''}")
+        lines += self.init_text(plan)
         has_next = any(m.name == "__anext__" for m in plan.members)
         for member in plan.members:
-            lines += self.member_text(w, plan, member, has_next)
+            lines += self.member_text(plan, member, has_next)
         return lines
 
-    def init_text(self, w: Writer, plan: ClassPlan) -> list[str]:
+    def init_text(self, plan: ClassPlan) -> Lines:
         """A constructor for classes built on a twinned object (recipes take ``client``)."""
-        assert plan.init is not None
-        fn, ctx, overloads = plan.init
-        runtime = self.runtime_param(w, fn, ctx)
-        if runtime is None:
+        fn, ctx, overloads = plan.init or (None, plan.ctx, [])
+        runtime = self.runtime_param(fn, ctx) if fn else None
+        if fn is None or runtime is None:
             return []  # created by factories only (SyncTwin.__init__ explains that)
-        params, args, _ = self.signature(w, fn, ctx, f"{runtime}._rt")
-        lines = self.overload_stubs(w, overloads, "__init__", ctx)
+        params, args = self.signature(fn, ctx, f"{runtime}._rt")
+        lines = self.overload_stubs(overloads, "__init__", ctx, False)
         lines += self.head("__init__", params, "None", fn, ctx, 1)
         x = suffix(params)
         lines += call(f"{runtime}._rt.call_sync", [f"_async.{plan.name}", *args], 2, f"value{x} = ")
-        return [*lines, f"{ind(2)}self._bind({runtime}._rt, value{x}, {runtime}._owner())"]
+        return [*lines, f"{IND * 2}self._bind({runtime}._rt, value{x}, {runtime}._owner())"]
 
-    def overload_stubs(
-        self, w: Writer, overloads: list[Func], name: str, ctx: Module, *, cm: bool = False
-    ) -> list[str]:
+    def overload_stubs(self, fns: list[Func], name: str, ctx: Module, cm: bool) -> Lines:
         lines: list[str] = []
-        for fn in overloads:
-            params, _, _ = self.signature(w, fn, ctx, "self._rt")
-            returns = "None" if name == "__init__" else w.result(fn.returns, ctx, cm=cm).annotation
-            lines.append(f"{ind(1)}@{w.need('typing', 'overload')}")
-            lines += define(name, params, returns, 1)
+        for fn in fns:
+            params, _ = self.signature(fn, ctx, "self._rt")
+            ret = "None" if name == "__init__" else self.result(fn.returns, ctx, cm=cm).annotation
+            lines += [f"{IND}@{self.need('typing', 'overload')}", *define(name, params, ret, 1)]
             lines[-1] += " ..."
         return lines
 
-    def member_text(self, w: Writer, plan: ClassPlan, m: Member, has_next: bool) -> list[str]:
-        ctx = m.ctx
+    def member_text(self, plan: ClassPlan, m: Member, has_next: bool) -> Lines:
+        ctx, fn = m.ctx, m.node
         if m.kind in ("property", "attribute"):
-            return self.property_text(w, m)
+            return self.property_text(m)
         if m.kind == "classattr":
-            ann = f": {w.text(m.annotation, ctx)}" if m.annotation is not None else ""
-            return [f"{ind(1)}{m.name}{ann} = _async.{plan.name}.{m.name}"]
-        fn = m.node
+            typed = f": {self.text(m.annotation, ctx)}" if m.annotation is not None else ""
+            return [f"{IND}{m.name}{typed} = _async.{plan.name}.{m.name}"]
         assert isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
         decs = [d for d in ix.decorators(fn) if d not in ("abstractmethod", "abc.abstractmethod")]
         acm = any(d.endswith("asynccontextmanager") for d in decs)
         decs = [d for d in decs if not d.endswith("asynccontextmanager")]
-        static = decs in (["staticmethod"], ["classmethod"])
-        if decs and not static:
-            raise GenError(f"{ctx.path}: cannot twin {plan.name}.{m.name} decorated with {decs}")
-        if static:
+        if decs in (["staticmethod"], ["classmethod"]):
             target = f"_async.{plan.name}.{m.name}"
-            return [f"{ind(1)}@{decs[0]}", *self.function_text(w, fn, ctx, target, 1)]
-        name = self.usage.rename(m.name)
-        params, args, _ = self.signature(w, fn, ctx, "self._rt")
+            return [f"{IND}@{decs[0]}", *self.function_text(fn, ctx, target, 1)]
+        if decs:
+            raise GenError(f"{ctx.path}: cannot twin {plan.name}.{m.name} decorated with {decs}")
+        name = self.plan.usage.rename(m.name)
+        params, args = self.signature(fn, ctx, "self._rt")
         if m.name == "__aiter__" and has_next and ix.returns_self(fn):
-            return [
-                *define(name, params, w.result(fn.returns, ctx).annotation, 1),
-                f"{ind(2)}return self",
-            ]
-        result = w.result(fn.returns, ctx, cm=acm)
-        lines = self.overload_stubs(w, m.overloads, name, ctx, cm=acm)
+            ret = self.result(fn.returns, ctx).annotation
+            return [*define(name, params, ret, 1), f"{IND * 2}return self"]
+        result = self.result(fn.returns, ctx, cm=acm)
+        lines = self.overload_stubs(m.overloads, name, ctx, cm=acm)
         lines += self.head(name, params, result.annotation, fn, ctx, 1)
-        x = suffix(params)
+        x, ann = suffix(params), result.annotation
         if m.name == "__aenter__":
-            if result.kind not in ("twin", "plain") or result.annotation is None:
-                raise GenError(f"cannot twin __aenter__ returning {result.annotation}")
+            if result.kind not in ("twin", "plain") or ann is None:
+                raise GenError(f"cannot twin __aenter__ returning {ann}")
             value = f"self._twin(value{x})" if result.kind == "twin" else f"value{x}"
             enter = f"value{x} = self._rt.enter(self, self._a)"
             body = ["try:", f"    {enter}", "except BaseException:", "    self._release()"]
-            body += ["    raise", f"result{x}: {result.annotation} = {value}", f"return result{x}"]
-            return lines + [ind(2) + line for line in body]
+            body += ["    raise", f"result{x}: {ann} = {value}", f"return result{x}"]
+            return lines + [IND * 2 + line for line in body]
         if m.name in ("__aexit__", "aclose"):
             done = f"self._rt.exit({', '.join(['self', *args])})"
             if m.name == "aclose":
                 done = f"self._rt.call_closing({', '.join(['self._a.aclose', *args])})"
-            body = [done] if result.kind == "none" else [f"result{x}: {result.annotation} = {done}"]
-            body += [] if result.kind == "none" else [f"return result{x}"]
+            body = [f"result{x}: {ann} = {done}", f"return result{x}"]
+            body = [done] if result.kind == "none" else body
             body = ["try:", *(f"    {b}" for b in body), "finally:", "    self._release()"]
-            return lines + [ind(2) + line for line in body]
+            return lines + [IND * 2 + line for line in body]
         if m.name == "__anext__":
             anext = ["self._a.__anext__"]
-            return lines + self.forward(w, result, "self._rt.next", anext, "self", 2, "")
+            return lines + self.forward(result, "self._rt.next", anext, "self", 2, "")
         is_async = isinstance(fn, ast.AsyncFunctionDef) and not ix.is_async_generator(fn)
         if is_async and result.kind in ("iter", "cm"):
-            raise GenError(f"{ctx.path}: async {m.name} returning {result.annotation}")
+            raise GenError(f"{ctx.path}: async {m.name} returning {ann}")
         method = "self._rt.call" if is_async else "self._rt.call_sync"
-        return lines + self.forward(w, result, method, [f"self._a.{m.name}", *args], "self", 2, x)
+        return lines + self.forward(result, method, [f"self._a.{m.name}", *args], "self", 2, x)
 
-    def property_text(self, w: Writer, m: Member) -> list[str]:
-        ctx = m.ctx
-        if m.kind == "property":
-            fn = m.node
-            assert isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
-            if isinstance(fn, ast.AsyncFunctionDef):
-                raise GenError(f"{ctx.path}: async property {m.name}")
+    def property_text(self, m: Member) -> Lines:
+        ctx, fn = m.ctx, m.node
+        ann, doc = m.annotation, m.doc
+        if isinstance(fn, ast.AsyncFunctionDef) and m.kind == "property":
+            raise GenError(f"{ctx.path}: async property {m.name}")
+        if isinstance(fn, ast.FunctionDef) and m.kind == "property":
             ann, doc = fn.returns, ix.doc_segment(fn.body, ctx)
-        else:
-            ann, doc = m.annotation, m.doc
-        result = w.result(ann, m.ann_ctx or ctx)
+        result = self.result(ann, m.ann_ctx or ctx)
         if result.kind in ("iter", "cm", "none"):
             raise GenError(f"{ctx.path}: cannot twin the property {m.name}: {result.annotation}")
-        lines = [
-            f"{ind(1)}@property",
-            *define(m.name, ["self"], result.annotation, 1),
-            *self.doc(doc, 2),
-        ]
+        lines = ["@property", *define(m.name, ["self"], result.annotation, 0)]
+        lines = [IND + line for line in lines] + self.doc(doc, 2)
         read = f"lambda: self._a.{m.name}"
-        return lines + self.forward(w, result, "self._rt.call_sync", [read], "self", 2, "")
+        return lines + self.forward(result, "self._rt.call_sync", [read], "self", 2, "")
 
 
-def imports(names: dict[str, set[str]], level: int) -> list[str]:
+def module_text(plan: Plan, mod: Module, names: list[str]) -> str:
+    """The text of the twin of ``mod`` defining ``names`` (unformatted)."""
+    w = Writer(plan, mod)
+    body: list[str] = []
+    for name in names:
+        node = mod.defs[name]
+        body += ["", ""]
+        if isinstance(node, ast.ClassDef):
+            body += w.class_text(plan.plan(mod, node))
+        else:
+            assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            body += w.function_text(node, mod)
+    typevars = w.typevar_lines()
+    tc = {m: n - w.imports.get(m, set()) for m, n in w.tc_imports.items()}
+    tc = {m: n for m, n in tc.items() if n}
+    if tc:
+        w.need("typing", "TYPE_CHECKING")
+    package, _, leaf = mod.name.rpartition(".")
+    if package in w.imports:
+        raise GenError(f"{w.out_module}: would import from {package} twice")
+    doc = f'"""Blocking twin of :mod:`{mod.name}` (see :mod:`etcd_recipes.sync`)."""'
+    head = [HEADER.format(source=mod.path), doc, "from __future__ import annotations"]
+    head += [f"from {package} import {leaf} as _async", *imports(w.imports, 0)]
+    head += ["", "if TYPE_CHECKING:", *imports(tc, 1)] if tc else []
+    return "\n".join([*head, "", f"__all__ = {sorted(names)!r}", "", *typevars, *body]) + "\n"
+
+
+def package_text(plan: Plan) -> str:
+    """The text of ``etcd_recipes/sync/__init__.py`` (unformatted)."""
+    where = {**plan.twins, **{c: out_name(c[0]) for c in plan.functions}}
+    pairs = [(where.get(c, c[0]), n) for n, c in plan.exports.items()]
+    exports: dict[str, set[str]] = {}
+    for module, name in [*pairs, *SYNC_ONLY]:
+        exports.setdefault(module, set()).add(name)
+    every = sorted({n for _, n in [*pairs, *SYNC_ONLY]})
+    head = [HEADER.format(source="the export list etcd_recipes/__init__.py"), PACKAGE_DOC]
+    return "\n".join([*head, *imports(exports, 0), f"__all__ = {every!r}", PACKAGE_TAIL]) + "\n"
+
+
+def imports(names: dict[str, set[str]], level: int) -> Lines:
     """``from m import a, b`` lines (ruff's isort rule orders and groups them afterwards)."""
-    return [f"{ind(level)}from {m} import {', '.join(sorted(n))}" for m, n in sorted(names.items())]
+    return [f"{IND * level}from {m} import {', '.join(sorted(names[m]))}" for m in sorted(names)]

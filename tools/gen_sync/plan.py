@@ -1,17 +1,215 @@
-"""Deciding what is twinned (from the export list) and what each twinned class contains."""
+"""Reading the async source (parsed modules, name resolution, the export list) and deciding
+what is twinned and what each twinned class contains."""
 
 from __future__ import annotations
 
 import ast
+import builtins
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import index as ix
-from .index import ABC, Canon, Func, GenError, Index, Module
-from .rules import PACKAGE, SPECIAL, Usage
+from .rules import EXPORTS, PACKAGE, SPECIAL, Usage
+
+Canon = tuple[str, str]  # (defining module, name)
+Typed = tuple[ast.expr, "Module"]  # an annotation and the module it is written in
+Func = ast.FunctionDef | ast.AsyncFunctionDef
+ABC = ("collections.abc", "typing", "typing_extensions")
+
+
+class GenError(Exception):
+    """The async source uses a shape the generator cannot twin (the message says which)."""
+
+
+@dataclass
+class Module:
+    """One parsed module of the package."""
+
+    name: str
+    path: str  # relative to the source root, e.g. "etcd_recipes/client.py"
+    source: str
+    tree: ast.Module
+    defs: dict[str, ast.stmt] = field(default_factory=dict)
+    imports: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+
+    def absolute(self, node: ast.ImportFrom) -> str:
+        if not node.level:
+            return node.module or ""
+        parts = self.name.split(".")
+        parts = parts[: len(parts) - node.level + self.path.endswith("__init__.py")]
+        return ".".join(parts + ([node.module] if node.module else []))
+
+
+class Index:
+    """Parses package modules on demand and resolves names to where they are defined."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._modules: dict[str, Module | None] = {}
+
+    def module(self, name: str) -> Module | None:
+        if name not in self._modules:
+            self._modules[name] = None
+            rel = name.replace(".", "/")
+            paths = [f"{rel}.py", f"{rel}/__init__.py"] if name.split(".")[0] == PACKAGE else []
+            for path in [p for p in paths if (self.root / p).is_file()][:1]:
+                source = (self.root / path).read_text(encoding="utf-8")
+                mod = self._modules[name] = Module(name, path, source, ast.parse(source, path))
+                _index_module(mod, mod.tree.body)
+        return self._modules[name]
+
+    def definition(self, canon: Canon) -> tuple[Module, ast.stmt] | None:
+        mod = self.module(canon[0])
+        stmt = mod.defs.get(canon[1]) if mod else None
+        return None if mod is None or stmt is None else (mod, stmt)
+
+    def resolve(self, module: str, name: str) -> Canon:
+        """Follow imports until the module that defines ``name``; builtins resolve to builtins."""
+        seen: set[Canon] = set()
+        while (module, name) not in seen:
+            seen.add((module, name))
+            mod = self.module(module)
+            if mod is None or name in mod.defs:
+                return module, name
+            if name in mod.imports:
+                src, attr = mod.imports[name]
+                if attr is None:
+                    raise GenError(f"{mod.path}: {name!r} is a module; import the names instead")
+                module, name = src, attr
+                continue
+            if hasattr(builtins, name):
+                return "builtins", name
+            raise GenError(f"{mod.path}: cannot resolve the name {name!r}")
+        raise GenError(f"import cycle resolving {name!r} in {module}")
+
+    def canon_of(self, node: ast.expr, ctx: Module) -> Canon | None:
+        """Where the name ``node`` (or a string forward reference to it) is defined."""
+        if isinstance(node, ast.Name):  # None for a module
+            is_module = ctx.imports.get(node.id, ("", ""))[1] is None
+            return None if is_module else self.resolve(ctx.name, node.id)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            src, attr = ctx.imports.get(node.value.id, ("", ""))
+            if attr is None:
+                return src, node.attr  # ``module.Name``
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            try:
+                return self.canon_of(ast.parse(node.value, mode="eval").body, ctx)
+            except (SyntaxError, GenError):  # not a forward reference (a Literal value, ...)
+                return None
+        return None
+
+    def is_abc(self, node: ast.expr, ctx: Module, *names: str) -> bool:
+        canon = self.canon_of(node, ctx)
+        return canon is not None and canon[0] in ABC and canon[1] in names
+
+    def exports(self) -> list[tuple[str, list[str]]]:
+        """``(module, names)`` of each ``from .module import names``; ``__all__`` is their union."""
+        if (mod := self.module(PACKAGE)) is None:
+            raise GenError(f"no {EXPORTS} under {self.root}")
+        found: list[tuple[str, list[str]]] = []
+        if not isinstance(all_ := mod.defs.get("__all__"), ast.Assign):
+            raise GenError(f"{EXPORTS}: no __all__")
+        if not isinstance(all_.value, (ast.List, ast.Tuple)):
+            raise GenError(f"{EXPORTS}: __all__ must be a literal list")
+        declared = [ast.literal_eval(e) for e in all_.value.elts]
+        for stmt in mod.tree.body:
+            if isinstance(stmt, ast.ImportFrom) and stmt.level:
+                names = [a.asname or a.name for a in stmt.names]
+                if any(a.asname and a.asname != a.name for a in stmt.names):
+                    raise GenError(f"{EXPORTS}: exports must not be renamed ({names})")
+                found.append((mod.absolute(stmt), names))
+        seen = [n for _, names in found for n in names]
+        twice = sorted({n for n in seen if seen.count(n) > 1})
+        if twice or set(declared) != set(seen) or len(declared) != len(set(declared)):
+            extra, missing = sorted(set(declared) - set(seen)), sorted(set(seen) - set(declared))
+            raise GenError(
+                f"{EXPORTS}: __all__ must equal the imported names "
+                f"(not imported: {extra}, not in __all__: {missing}, imported twice: {twice})"
+            )
+        return found
+
+
+def _index_module(mod: Module, body: Iterable[ast.stmt]) -> None:
+    for stmt in body:
+        if isinstance(stmt, ast.ImportFrom):
+            src = mod.absolute(stmt)
+            for alias in stmt.names:
+                mod.imports[alias.asname or alias.name] = (src, alias.name)
+        elif isinstance(stmt, ast.Import):
+            for alias in stmt.names:
+                top = alias.name if alias.asname else alias.name.split(".")[0]
+                mod.imports[alias.asname or top] = (top, None)
+        elif isinstance(stmt, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            mod.defs[stmt.name] = stmt
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            mod.defs.update({t.id: stmt for t in targets if isinstance(t, ast.Name)})
+        elif isinstance(stmt, (ast.If, ast.Try)):  # TYPE_CHECKING blocks and the like
+            _index_module(mod, [*stmt.body, *(stmt.orelse if isinstance(stmt, ast.If) else [])])
+
+
+def decorators(fn: Func) -> list[str]:
+    return [ast.unparse(d.func if isinstance(d, ast.Call) else d) for d in fn.decorator_list]
+
+
+def doc_segment(body: list[ast.stmt], ctx: Module) -> str | None:
+    first = body[0].value if body and isinstance(body[0], ast.Expr) else None
+    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+        return ast.get_source_segment(ctx.source, first)
+    return None
+
+
+def is_async_generator(fn: Func) -> bool:
+    nodes: list[ast.AST] = list(fn.body) if isinstance(fn, ast.AsyncFunctionDef) else []
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, (ast.Yield, ast.YieldFrom)):
+            return True
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            nodes += ast.iter_child_nodes(node)
+    return False
+
+
+def returns_self(fn: Func) -> bool:
+    body = [s for s in fn.body if not isinstance(s, ast.Expr)]
+    ret = body[0] if len(body) == 1 and isinstance(body[0], ast.Return) else None
+    return ret is not None and isinstance(ret.value, ast.Name) and ret.value.id == "self"
+
+
+def split_optional(node: ast.expr) -> tuple[ast.expr, bool]:
+    """``X | None`` / ``None | X`` -> (X, True); anything else -> (node, False)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        for this, other in ((node.left, node.right), (node.right, node.left)):
+            if is_none(other):
+                return this, True
+    return node, False
+
+
+def slice_items(node: ast.Subscript) -> list[ast.expr]:
+    return list(node.slice.elts) if isinstance(node.slice, ast.Tuple) else [node.slice]
+
+
+def is_none(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def parse_str(node: ast.expr) -> ast.expr:
+    """A string annotation parsed to its expression; other nodes unchanged."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        try:
+            return ast.parse(node.value, mode="eval").body
+        except SyntaxError:
+            return node
+    return node
+
 
 ASYNC_TYPES = {"AsyncIterator", "AsyncIterable", "AsyncGenerator", "AsyncContextManager"}
 ASYNC_TYPES |= {"AbstractAsyncContextManager", "Awaitable", "Coroutine"}
+
+
+def is_async(canon: Canon | None) -> bool:
+    """Whether ``canon`` is an async iterator/context manager/awaitable type."""
+    return canon is not None and canon[0] in (*ABC, "contextlib") and canon[1] in ASYNC_TYPES
 
 
 @dataclass
@@ -46,12 +244,10 @@ class Plan:
         self.index = Index(root)
         self.usage = usage
         self.exports: dict[str, Canon] = {}  # public name -> where it is defined
-        for module, names in self.index.exports():
-            for name in names:
-                canon = self.index.resolve(module, name)
-                if canon[1] != name:
-                    raise GenError(f"{module}: {name!r} is an alias of {canon}; export the name")
-                self.exports[name] = canon
+        for module, name in [(m, n) for m, names in self.index.exports() for n in names]:
+            if (canon := self.index.resolve(module, name))[1] != name:
+                raise GenError(f"{module}: {name!r} is an alias of {canon}; export the name")
+            self.exports[name] = canon
         self.twins: dict[Canon, str] = {}  # async class -> its sync module
         self.functions: set[Canon] = set()
         candidates = list(self.exports.values())
@@ -59,15 +255,13 @@ class Plan:
         while changed:  # names used by twinned signatures are twinned too, until stable
             changed = False
             for canon in candidates:
-                if canon in self.twins or canon in self.functions:
-                    continue
                 found = self.index.definition(canon)
-                node = found[1] if found else None
-                if isinstance(node, ast.ClassDef) and self.has_async_api(canon):
+                if canon in self.twins or canon in self.functions or found is None:
+                    continue
+                if isinstance(found[1], ast.ClassDef) and self.has_async_api(canon):
                     self.twins[canon] = out_name(canon[0])
-                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
-                    isinstance(node, ast.AsyncFunctionDef)
-                    or self.mentions_async(node.returns, found[0] if found else None)
+                elif isinstance(fn := found[1], ast.AsyncFunctionDef) or (
+                    isinstance(fn, ast.FunctionDef) and self.mentions_async(fn.returns, found[0])
                 ):
                     self.functions.add(canon)
                 else:
@@ -75,34 +269,19 @@ class Plan:
                 changed = True
                 candidates += self.referenced(canon)
 
-    # ---------------------------------------------------------------- classification
-
     def referenced(self, canon: Canon) -> list[Canon]:
-        """Public package classes named by the public signatures of a class (and of its
-        private bases) or of a function: candidates for implicit twins."""
-        found = self.index.definition(canon)
-        if found is None:
+        """Package classes in public signatures (private bases too): implicit twin candidates."""
+        if (found := self.index.definition(canon)) is None:
             return []
         mod, node = found
-        anns: list[ast.expr | None] = []
+        out: list[Canon] = []
+        fns = [node] if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else []
         if isinstance(node, ast.ClassDef):
-            for stmt in node.body:
-                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
-                    stmt.name in SPECIAL - {"__init__"} or not stmt.name.startswith("_")
-                ):
-                    a = stmt.args
-                    anns += [x.annotation for x in [*a.args, *a.kwonlyargs]]
-                    anns.append(stmt.returns)
-            out: list[Canon] = []
-            for base in node.bases:
-                target = base.value if isinstance(base, ast.Subscript) else base
-                base_canon = self.index.canon_of(target, mod)
-                if base_canon is not None and base_canon[1].startswith("_"):
-                    out += self.referenced(base_canon)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            anns += [x.annotation for x in [*node.args.args, *node.args.kwonlyargs]]
-            anns.append(node.returns)
-            out = []
+            fns = [f for f in public_methods(node) if f.name != "__init__"]
+            for base in self.bases(node, mod):
+                out += self.referenced(base) if base[1].startswith("_") else []
+        anns = [x.annotation for f in fns for x in [*f.args.args, *f.args.kwonlyargs]]
+        anns += [f.returns for f in fns]
         for ann in anns:
             for name in ast.walk(ann) if ann is not None else ():
                 ref = self.index.canon_of(name, mod) if isinstance(name, ast.expr) else None
@@ -116,101 +295,67 @@ class Plan:
 
     def typevar(self, canon: Canon) -> ast.Call | None:
         """The ``TypeVar(...)`` call that defines ``canon``, if it is a TypeVar."""
-        found = self.index.definition(canon)
-        if found is None or not isinstance(found[1], ast.Assign):
-            return None
-        call = found[1].value
-        if isinstance(call, ast.Call) and self.index.canon_of(call.func, found[0]) in (
-            ("typing", "TypeVar"),
-            ("typing_extensions", "TypeVar"),
-        ):
-            return call
-        return None
+        mod, stmt = self.index.definition(canon) or (None, None)
+        call = stmt.value if isinstance(stmt, ast.Assign) else None
+        is_tv = isinstance(call, ast.Call) and mod and self.index.is_abc(call.func, mod, "TypeVar")
+        return call if is_tv and isinstance(call, ast.Call) else None
 
     def twin_bound(self, canon: Canon) -> Canon | None:
         """For ``R = TypeVar("R", bound="Recipe")`` with a twinned bound: that bound."""
-        call = self.typevar(canon)
-        mod = self.index.module(canon[0])
+        call, mod = self.typevar(canon), self.index.module(canon[0])
         for kw in call.keywords if call is not None and mod is not None else ():
-            if kw.arg == "bound" and mod is not None:
-                target = self.index.canon_of(kw.value, mod)
-                if target in self.twins:
-                    return target
+            target = self.index.canon_of(kw.value, mod) if kw.arg == "bound" and mod else None
+            if target is not None and target in self.twins:
+                return target
         return None
 
     def has_async_api(self, canon: Canon) -> bool:
-        """Whether ``canon`` is a package class with public async methods, ``async with`` /
-        ``async for`` or methods returning async iterators/context managers (itself or
-        through its package bases): such a class is twinned, never handed out as is."""
+        """Whether ``canon`` (or a package base) has public async methods or returns async types."""
         if canon in self.twins:
             return True
         found = self.index.definition(canon)
         if found is None or not isinstance(found[1], ast.ClassDef):
             return False
         mod, node = found[0], found[1]
-        for stmt in node.body:
-            if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            if stmt.name.startswith("_") and stmt.name not in SPECIAL:
-                continue
+        for stmt in public_methods(node):
             if isinstance(stmt, ast.AsyncFunctionDef) or self.async_type(stmt.returns, mod):
                 return True
-        for base in node.bases:
-            target = base.value if isinstance(base, ast.Subscript) else base
-            base_canon = self.index.canon_of(target, mod)
-            if (
-                base_canon is not None
-                and base_canon[0].startswith(PACKAGE + ".")
-                and base_canon != canon
-                and self.has_async_api(base_canon)
-            ):
-                return True
-        return False
+        return any(b != canon and self.package_async(b) for b in self.bases(node, mod))
+
+    def package_async(self, canon: Canon) -> bool:
+        return canon[0].startswith(PACKAGE + ".") and self.has_async_api(canon)
+
+    def bases(self, node: ast.ClassDef, mod: Module) -> list[Canon]:
+        targets = [b.value if isinstance(b, ast.Subscript) else b for b in node.bases]
+        return [c for t in targets if (c := self.index.canon_of(t, mod)) is not None]
 
     def async_type(self, node: ast.expr | None, ctx: Module) -> bool:
         """Whether ``node`` names an async iterator/context manager/awaitable type."""
-        for sub in ast.walk(node) if node is not None else ():
-            canon = self.index.canon_of(sub, ctx) if isinstance(sub, ast.expr) else None
-            if canon is not None and canon[0] in (*ABC, "contextlib") and canon[1] in ASYNC_TYPES:
-                return True
-        return False
+        subs = ast.walk(node) if node is not None else ()
+        return any(is_async(self.index.canon_of(s, ctx)) for s in subs if isinstance(s, ast.expr))
 
     def mentions_async(self, node: ast.expr | None, ctx: Module | None) -> str | None:
         """A twinned or async type anywhere inside ``node`` (which plain passing would leak)."""
         for sub in ast.walk(node) if node is not None and ctx is not None else ():
-            if not isinstance(sub, (ast.Name, ast.Constant, ast.Attribute)) or ctx is None:
-                continue
-            canon = self.index.canon_of(sub, ctx)
-            if canon is None:
-                continue
-            if canon in self.twins or self.twin_bound(canon) is not None:
-                return canon[1]
-            if canon[0].startswith(PACKAGE + ".") and self.has_async_api(canon):
-                return canon[1]
-            if canon[0] in (*ABC, "contextlib") and canon[1] in ASYNC_TYPES:
-                return canon[1]
+            if isinstance(sub, (ast.Name, ast.Constant, ast.Attribute)) and ctx is not None:
+                canon = self.index.canon_of(sub, ctx)
+                if canon and (self.is_twin(canon) or is_async(canon) or self.package_async(canon)):
+                    return canon[1]
         return None
-
-    # ---------------------------------------------------------------- what goes where
 
     def modules(self) -> dict[str, list[str]]:
         """Source module -> its twinned names, in source order (bases before subclasses)."""
-        by_module: dict[str, list[Canon]] = {}
-        for canon in [*self.twins, *self.functions]:
-            by_module.setdefault(canon[0], []).append(canon)
         out: dict[str, list[str]] = {}
-        for module in sorted(by_module):
-            mod = self.index.module(module)
-            assert mod is not None
-            canons = sorted(by_module[module], key=lambda c: mod.defs[c[1]].lineno)
-            out[module] = [c[1] for c in canons]
+        for m, _, n in sorted((c[0], self.lineno(c), c[1]) for c in [*self.twins, *self.functions]):
+            out.setdefault(m, []).append(n)
         return out
 
-    # ---------------------------------------------------------------- class analysis
+    def lineno(self, canon: Canon) -> int:
+        found = self.index.definition(canon)
+        return found[1].lineno if found else 0
 
     def plan(self, mod: Module, node: ast.ClassDef) -> ClassPlan:
-        """The members of a twinned class: its own, then those of its private bases (flattened);
-        the nearest twinned classes among its ancestors become the twin's bases."""
+        """A twinned class: own members, then private bases' (flattened); nearest twinned bases."""
         twinned_bases: list[Canon] = []
         type_params: list[ast.expr] = []
         members: dict[str, Member] = {}
@@ -221,7 +366,7 @@ class Plan:
             pending: dict[str, list[Func]] = {}
             for stmt in cls.body:
                 if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    decs = ix.decorators(stmt)
+                    decs = decorators(stmt)
                     if "overload" in decs or "typing.overload" in decs:
                         pending.setdefault(stmt.name, []).append(stmt)
                         continue
@@ -231,9 +376,8 @@ class Plan:
                         if not twinned:
                             attrs.extend(self.attributes(stmt, ctx))
                         continue
-                    if twinned or stmt.name in members:
-                        continue
-                    if stmt.name.startswith("_") and stmt.name not in SPECIAL:
+                    private = stmt.name.startswith("_") and stmt.name not in SPECIAL
+                    if twinned or stmt.name in members or private:
                         continue
                     if any(d.endswith((".setter", ".deleter")) for d in decs):
                         raise GenError(f"{ctx.path}: property setters are not supported yet")
@@ -242,11 +386,9 @@ class Plan:
                 elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and not twinned:
                     targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
                     ann = stmt.annotation if isinstance(stmt, ast.AnnAssign) else None
-                    for t in targets:
-                        if not isinstance(t, ast.Name) or t.id.startswith("_"):
-                            continue
-                        if t.id not in members and stmt.value is not None:
-                            members[t.id] = Member(t.id, stmt, ctx, "classattr", None, ann)
+                    names = [t.id for t in targets if isinstance(t, ast.Name)] if stmt.value else []
+                    for n in [n for n in names if not n.startswith("_") and n not in members]:
+                        members[n] = Member(n, stmt, ctx, "classattr", None, ann)
             for attr in attrs:
                 members.setdefault(attr.name, attr)
             for base in cls.bases:
@@ -257,7 +399,7 @@ class Plan:
                 is_twin = canon in self.twins
                 if own and isinstance(base, ast.Subscript) and not is_twin:
                     known = {ast.dump(p) for p in type_params}
-                    for p in ix.slice_items(base):
+                    for p in slice_items(base):
                         tv = self.index.canon_of(p, ctx)
                         if ast.dump(p) not in known and tv and self.typevar(tv) is not None:
                             type_params.append(p)
@@ -275,10 +417,8 @@ class Plan:
         collect(node, mod, True, False)
         if "aclose" in members and "close" in members:
             raise GenError(f"{mod.path}: {node.name} has both close() and aclose()")
-        init = inits[0] if inits else None
-        return ClassPlan(
-            node.name, node, mod, twinned_bases, type_params, init, list(members.values())
-        )
+        init, every = inits[0] if inits else None, list(members.values())
+        return ClassPlan(node.name, node, mod, twinned_bases, type_params, init, every)
 
     def attributes(self, init: ast.FunctionDef, ctx: Module) -> list[Member]:
         """Public ``self.x = ...`` assignments of an ``__init__``, with their types."""
@@ -286,33 +426,27 @@ class Plan:
         params = {a.arg: a.annotation for a in args if a.annotation}
         out: list[Member] = []
         for i, stmt in enumerate(init.body):
-            target: ast.expr | None = None
-            ann: ast.expr | None = None
             if isinstance(stmt, ast.AnnAssign):
-                target, ann = stmt.target, stmt.annotation
+                target: ast.expr = stmt.target
+                ann, ann_ctx = stmt.annotation, ctx
             elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
                 target = stmt.targets[0]
-            if not (
-                isinstance(target, ast.Attribute)
-                and isinstance(target.value, ast.Name)
-                and target.value.id == "self"
-                and not target.attr.startswith("_")
-            ):
+            else:
                 continue
-            ann_ctx = ctx
-            if ann is None:
-                assert isinstance(stmt, ast.Assign)
+            if not isinstance(target, ast.Attribute) or ast.unparse(target.value) != "self":
+                continue
+            if target.attr.startswith("_"):
+                continue
+            if isinstance(stmt, ast.Assign):
                 ann, ann_ctx = self.infer(stmt.value, params, ctx, target.attr)
-            doc = ix.doc_segment(init.body[i + 1 : i + 2], ctx)
+            doc = doc_segment(init.body[i + 1 : i + 2], ctx)
             head = ann.value if isinstance(ann, ast.Subscript) else ann
             if self.usage.opaque(self.index.canon_of(head, ann_ctx)):
                 continue
             out.append(Member(target.attr, stmt, ctx, "attribute", doc, ann, ann_ctx=ann_ctx))
         return out
 
-    def infer(
-        self, value: ast.expr, params: dict[str, ast.expr], ctx: Module, attr: str
-    ) -> tuple[ast.expr, Module]:
+    def infer(self, value: ast.expr, params: dict[str, ast.expr], ctx: Module, attr: str) -> Typed:
         """The type of an unannotated ``self.attr = value`` (and where that type is written)."""
         if isinstance(value, ast.Name) and value.id in params:
             return params[value.id], ctx
@@ -337,7 +471,7 @@ def out_name(module: str) -> str:
     return f"{PACKAGE}.sync.{module.removeprefix(PACKAGE + '.')}"
 
 
-def out_path(module: str, is_package: bool) -> str:
-    """The generated file for ``module``, relative to the output directory."""
-    rel = module.removeprefix(PACKAGE + ".").replace(".", "/")
-    return f"{rel}/__init__.py" if is_package else f"{rel}.py"
+def public_methods(node: ast.ClassDef) -> list[Func]:
+    """The public and twinned dunder methods defined in ``node``'s body."""
+    fns = [f for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return [f for f in fns if f.name in SPECIAL or not f.name.startswith("_")]

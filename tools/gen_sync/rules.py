@@ -1,8 +1,5 @@
-"""The generator's tables: names, renames, docstring rewrites, opaque types, sync-only names.
-
-Every entry of :data:`RENAMES`, :data:`DOC_REWRITES` and :data:`OPAQUE` must be used at least
-once per run (like httpcore's unasync): :class:`Usage` counts them and the run fails naming the
-unused ones, so a table never keeps rules for code that is gone.
+"""The generator's tables. Every entry of :data:`RENAMES`, :data:`DOC_REWRITES` and
+:data:`OPAQUE` must be used in a run (:class:`Usage` counts them), else the run fails naming it.
 """
 
 from __future__ import annotations
@@ -21,13 +18,8 @@ SYNC_ONLY: list[tuple[str, str]] = [("etcd_recipes.sync._runtime", "fail_after")
 SPECIAL = {"__init__", "__aenter__", "__aexit__", "__aiter__", "__anext__"}
 """Dunder methods that are twinned (every other underscore name is private)."""
 
-RENAMES = {
-    "__aenter__": "__enter__",
-    "__aexit__": "__exit__",
-    "__aiter__": "__iter__",
-    "__anext__": "__next__",
-    "aclose": "close",
-}
+RENAMES = {"__aenter__": "__enter__", "__aexit__": "__exit__", "aclose": "close"}
+RENAMES |= {"__aiter__": "__iter__", "__anext__": "__next__"}
 """Async method name -> blocking method name."""
 
 DOC_REWRITES: list[tuple[str, str]] = [
@@ -44,34 +36,17 @@ DOC_REWRITES: list[tuple[str, str]] = [
     ("``aclose()``", "``close()``"),
     ("from etcd_recipes import", "from etcd_recipes.sync import"),
     ("aclosing(", "closing("),
-    # the caller: every blocking call runs in an event-loop task of its own, so what the async
-    # API gives "the calling task" belongs to the instance here (not to the calling thread)
-    (
-        "Holds are per asyncio task and reentrant (counted by ``hold_count``).",
-        "Holds belong to the instance and are **not reentrant** here: each blocking call runs\n"
-        "    in a task of its own, so a thread that holds the lock and takes it again waits for"
-        " itself.",
-    ),
-    (
-        "Reentrant per task: a task that holds it already gets True at once"
-        " (``hold_count`` grows).",
-        "Not reentrant: a thread that holds it already waits for itself (until ``timeout``).",
-    ),
-    (
-        "Release one hold count of the calling task's hold (or of a finished task's).",
-        "Release one hold count of this instance's latest hold (any thread may).",
-    ),
+    # the caller: a blocking call is a loop task of its own, so holds belong to the instance
+    ("Holds are per asyncio task and reentrant.", "Holds belong to the instance: not reentrant."),
+    ("Reentrant per task (``hold_count`` counts it).", "Not reentrant: a holder waits for itself."),
+    ("of the calling task's hold (or of a finished task's)", "of this instance's latest hold"),
     ("Whether the calling task holds the lock", "Whether this instance holds the lock"),
     ("The calling task's reentrant hold count", "This instance's hold count"),
     ("The calling task's hold; if it has none, the only hold", "The only hold"),
     ("the calling task", "the calling thread"),
 ]
-"""``(old, new)`` text replacements applied, in order, to every twinned docstring.
-
-Add an entry when the first async docstring needs it (an unused entry fails the run), e.g.
-``("asyncio.run(main())", "main()")``, ``("``async for``", "``for``")``, ``("this task", "this
-thread")``.
-"""
+"""``(old, new)`` replacements applied, in order, to every twinned docstring (add one when a
+docstring needs it, e.g. ``("asyncio.run(main())", "main()")``; an unused one fails the run)."""
 
 OPAQUE = {("etcd_recipes._core.listeners", "ListenerSet")}
 """Types whose public attributes are not twinned (use the ``add_*_listener`` methods)."""
@@ -102,6 +77,5 @@ class Usage:
 
     def unused(self) -> list[str]:
         every = [f"rename {n!r}" for n in RENAMES] + [f"doc rewrite {o!r}" for o, _ in DOC_REWRITES]
-        return [
-            e for e in every + [f"opaque type {m}.{n}" for m, n in OPAQUE] if e not in self.used
-        ]
+        every += [f"opaque type {m}.{n}" for m, n in OPAQUE]
+        return [e for e in every if e not in self.used]

@@ -31,8 +31,7 @@ class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
     ``with mutex:`` acquires the lock for the body (this is the lock's context, not the
     recipe's lifecycle: close the instance with ``close()``). The instance keeps one
     acquisition lease across holds.
-    Holds belong to the instance and are **not reentrant** here: each blocking call runs
-    in a task of its own, so a thread that holds the lock and takes it again waits for itself.
+    Holds belong to the instance: not reentrant.
 
     Example::
 
@@ -100,7 +99,7 @@ class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
 
         Cancellation is safe: the waiter key is deleted (and the lease revoked when unused)
         before the cancellation propagates.
-        Not reentrant: a thread that holds it already waits for itself (until ``timeout``).
+        Not reentrant: a holder waits for itself.
 
         Example::
 
@@ -117,7 +116,7 @@ class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
         return self._rt.call(self._a.acquire, timeout)
 
     def release(self) -> bool:
-        """Release one hold count of this instance's latest hold (any thread may).
+        """Release one hold count of this instance's latest hold.
 
         Returns True if the lock was held until now, False if it had been lost (or released by
         ``close()``). Raises :class:`LockNotHeldError` if there is nothing to release.

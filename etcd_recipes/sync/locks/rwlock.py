@@ -80,7 +80,7 @@ class ReadWriteLockView(SyncTwin, twin_of=_async.ReadWriteLockView):
 
         Cancellation is safe: the waiter key is deleted (and the lease revoked when unused)
         before the cancellation propagates.
-        Not reentrant: a thread that holds it already waits for itself (until ``timeout``).
+        Not reentrant: a holder waits for itself.
 
         Example::
 
@@ -97,7 +97,7 @@ class ReadWriteLockView(SyncTwin, twin_of=_async.ReadWriteLockView):
         return self._rt.call(self._a.acquire, timeout)
 
     def release(self) -> bool:
-        """Release one hold count of this instance's latest hold (any thread may).
+        """Release one hold count of this instance's latest hold.
 
         Returns True if the lock was held until now, False if it had been lost (or released by
         ``close()``). Raises :class:`LockNotHeldError` if there is nothing to release.
