@@ -35,7 +35,11 @@ FIELDS: Layout = {
         ("value", 5, _BYTES, ""),
         ("lease", 6, _INT64, ""),
     ],
-    "CampaignRequest": [("name", 1, _BYTES, ""), ("lease", 2, _INT64, ""), ("value", 3, _BYTES, "")],
+    "CampaignRequest": [
+        ("name", 1, _BYTES, ""),
+        ("lease", 2, _INT64, ""),
+        ("value", 3, _BYTES, ""),
+    ],
     "CampaignResponse": [
         ("header", 1, _MESSAGE, "ResponseHeader"),
         ("leader", 2, _MESSAGE, "LeaderKey"),

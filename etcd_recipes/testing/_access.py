@@ -12,6 +12,7 @@ import http.client
 import json
 import ssl
 import subprocess
+from abc import ABC, abstractmethod
 from typing import Any
 
 from etcd_recipes.errors import NotStartedError
@@ -21,7 +22,7 @@ from etcd_recipes.testing.certs import TlsMaterial
 HEALTH_PROBE_TIMEOUT = 0.5
 
 
-class ServerAccess:
+class ServerAccess(ABC):
     """The client-facing methods of :class:`~etcd_recipes.testing.EtcdServer` (a base class)."""
 
     _client_port: int | None
@@ -33,9 +34,9 @@ class ServerAccess:
     _member_id: int | None
 
     @property
+    @abstractmethod
     def is_running(self) -> bool:
         """Whether the server's process is alive (defined by the server)."""
-        raise NotImplementedError
 
     @property
     def endpoint(self) -> str:
