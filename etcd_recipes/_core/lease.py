@@ -41,17 +41,11 @@ from .wire import Wire
 if TYPE_CHECKING:
     from ..client import EtcdClient
 
-__all__ = ["AcquisitionLease", "LeaseKeeper", "SelfHealingLease", "validate_ttl"]
+__all__ = ["AcquisitionLease", "LeaseKeeper", "SelfHealingLease"]
 
 log = logging.getLogger("etcd_recipes.lease")
 
 _STREAM_BACKOFF = RetryPolicy.exponential_backoff(initial_delay=0.05, max_delay=1.0, jitter=0.2)
-
-
-def validate_ttl(ttl: float) -> int:
-    """Lease TTLs are whole seconds >= 1: an alias of
-    :func:`~etcd_recipes._core.validate.check_ttl`, kept for the recipes that import it."""
-    return check_ttl(ttl)
 
 
 class _Registration:
