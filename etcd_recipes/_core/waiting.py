@@ -1,6 +1,6 @@
 """Waiting for a change in etcd, and the cancellation contract every waiting recipe inherits.
 
-Two pieces:
+Three pieces:
 
 * :func:`wait_for_change` -- the waiter pattern (reference.md §2.7): the caller has read the
   state at revision ``R``; we watch from ``R + 1`` (nothing can fall between the read and the
@@ -10,6 +10,8 @@ Two pieces:
   cancellation, timeout or error, the recipe's ``cleanup`` runs **to completion**, shielded
   from the cancellation and bounded in time, and then the original exception -- the caller's
   own ``CancelledError`` or anyio cancellation -- is re-raised unchanged.
+* :func:`settled` -- for the write such a cleanup undoes: a cancelled caller lets the write
+  finish first (etcd may apply a write whose RPC was cancelled, *after* a cleanup's delete).
 
 Both work under plain asyncio (task cancel, ``asyncio.timeout``) and under anyio cancel scopes
 (``fail_after``, task-group cancellation), since anyio on asyncio cancels with native
@@ -22,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
@@ -38,6 +40,7 @@ __all__ = [
     "Probe",
     "abort_guard",
     "run_shielded",
+    "settled",
     "wait_for_change",
     "wait_for_put_under",
 ]
@@ -46,6 +49,8 @@ log = logging.getLogger("etcd_recipes.waiting")
 
 CLEANUP_TIMEOUT = 5.0
 """Seconds a cleanup may take before it is abandoned (leases then expire at their TTL)."""
+
+_T = TypeVar("_T")
 
 Probe = Callable[[], Awaitable[tuple[bool, int]]]
 """Re-reads the state: returns ``(done, revision_of_the_read)``."""
@@ -88,6 +93,49 @@ async def run_shielded(
                 late_cancel = exc  # keep waiting: the cleanup must finish first
     if late_cancel is not None:
         raise late_cancel
+
+
+async def settled(write: Awaitable[_T], *, what: str = "a cancelled write") -> _T:
+    """Await ``write`` so that cancelling the caller cannot leave its outcome for later.
+
+    A write RPC cancelled in flight may still be applied by etcd -- after whatever the caller
+    does next, such as a cleanup that deletes the key it was creating, which would leave the
+    key behind (with a lease its recipe keeps alive). Here the write runs in its own task and
+    is never cancelled: on cancellation the caller waits (shielded, bounded by
+    :data:`CLEANUP_TIMEOUT`) until it has been answered, then re-raises the cancellation
+    unchanged. The caller's cleanup then sees the write applied or not, never pending.
+
+    Example::
+
+        import asyncio
+
+        from etcd_recipes._core.waiting import settled
+
+        key = prefix + "/claimed"
+        task = asyncio.ensure_future(settled(client.put(key, b"me")))
+        await asyncio.sleep(0)  # the put is in flight ...
+        task.cancel()  # ... when the caller gives up
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        await client.delete(key)  # the put has been answered: this delete comes after it
+        assert await client.get(key) is None
+    """
+    task = asyncio.ensure_future(write)
+    try:
+        return await asyncio.shield(task)
+    except BaseException:
+        if not task.done():
+
+            async def answered() -> None:
+                with contextlib.suppress(Exception):
+                    await task
+
+            await run_shielded(answered, what=what)
+        if task.done() and not task.cancelled():
+            task.exception()  # retrieved: its failure is the caller's cancellation now
+        raise
 
 
 @contextlib.asynccontextmanager

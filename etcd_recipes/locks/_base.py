@@ -22,7 +22,7 @@ from .._core.listeners import ListenerSet
 from .._core.recipe import Recipe
 from .._core.txn import AnyOp, Cmp, Compare, Op
 from .._core.validate import check_timeout
-from .._core.waiting import abort_guard
+from .._core.waiting import abort_guard, settled
 from ..errors import (
     LockLostError,
     LockNotHeldError,
@@ -416,13 +416,16 @@ class _Queued(_LockBase):
                 keys_only=True,
             )
             created = True  # from here on the key may exist, whatever the outcome
-            first = await _leased_txn(
-                client,
-                self._session,
-                lease,
-                [Cmp.create_revision(key) == 0],
-                [Op.put(key, value, lease=lease.id), newest],
-                [Op.get(key, keys_only=True)],
+            first = await settled(
+                _leased_txn(
+                    client,
+                    self._session,
+                    lease,
+                    [Cmp.create_revision(key) == 0],
+                    [Op.put(key, value, lease=lease.id), newest],
+                    [Op.get(key, keys_only=True)],
+                ),
+                what=f"{self._name}: answering a cancelled acquisition",
             )
             seen = first.revision
             if first.succeeded:

@@ -56,7 +56,7 @@ from .._core.listeners import ListenerSet
 from .._core.recipe import Recipe
 from .._core.txn import Cmp, Op
 from .._core.validate import check_timeout, check_ttl
-from .._core.waiting import abort_guard, wait_for_change
+from .._core.waiting import abort_guard, settled, wait_for_change
 from ..codecs import INT32
 from ..errors import (
     InvalidArgumentError,
@@ -320,15 +320,18 @@ class DistributedSemaphore(Recipe):
 
         async with abort_guard(cleanup, what=f"{self.exception_context}: abandoning a waiter"):
             created = True
-            first = await _leased_txn(
-                client,
-                self._session,
-                lease,
-                [Cmp.create_revision(key) == 0],
-                [
-                    Op.put(key, value, lease=lease.id),
-                    Op.get(self._holders, prefix=True, count_only=True),
-                ],
+            first = await settled(
+                _leased_txn(
+                    client,
+                    self._session,
+                    lease,
+                    [Cmp.create_revision(key) == 0],
+                    [
+                        Op.put(key, value, lease=lease.id),
+                        Op.get(self._holders, prefix=True, count_only=True),
+                    ],
+                ),
+                what=f"{self.exception_context}: answering a cancelled acquisition",
             )
             if not first.succeeded:
                 created = False

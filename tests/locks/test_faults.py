@@ -5,10 +5,18 @@ write is rejected by etcd -- the reason a lease-based lock needs fencing."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
-from etcd_recipes import ConnectionState, DistributedMutex, LockLostError, Op, connect
+from etcd_recipes import (
+    ConnectionState,
+    DistributedMutex,
+    DistributedSemaphore,
+    LockLostError,
+    Op,
+    connect,
+)
 from tests.helpers import eventually
 
 
@@ -57,3 +65,52 @@ async def test_pause_past_the_ttl(fresh_etcd_server):
         await successor.release()
         await holder.aclose()
         await successor.aclose()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["mutex", "semaphore"])
+async def test_cancelled_acquisition_waits_for_its_write_then_cleans_up(fresh_etcd_server, kind):
+    """Regression: etcd may apply a write whose RPC was cancelled *after* the cleanup's delete,
+    leaving a waiter key (kept alive by the session lease) that blocks the lock for good. The
+    randomized semaphore test hit it under CPU load. A cancelled acquisition now waits for its
+    create to be answered before it cleans up."""
+    slow_keepalive = {"keepalive_time": 60, "keepalive_timeout": 20}
+    async with connect(**fresh_etcd_server.client_kwargs(), **slow_keepalive) as client:
+        if kind == "mutex":
+            recipe: DistributedMutex | DistributedSemaphore = DistributedMutex(client, "/c/l")
+        else:
+            recipe = DistributedSemaphore(client, "/c/l", 1)
+        assert await recipe.acquire(timeout=5)  # the session lease exists from here on
+        await recipe.release()
+        calls: list[tuple[str, str]] = []
+        call = client._call
+
+        async def logging_call(op: str, method: str, *args: Any, **kwargs: Any) -> Any:
+            calls.append(("start", op))
+            try:
+                result = await call(op, method, *args, **kwargs)
+            except BaseException as exc:
+                calls.append(("end", f"{op}: {type(exc).__name__}"))
+                raise
+            calls.append(("end", f"{op}: answered"))
+            return result
+
+        client._call = logging_call  # type: ignore[method-assign]
+        fresh_etcd_server.pause()
+        try:
+            acquiring = asyncio.create_task(recipe.acquire())
+            await asyncio.sleep(0.3)  # its create transaction is in flight
+            acquiring.cancel()
+            await asyncio.sleep(0.3)
+        finally:
+            fresh_etcd_server.resume()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(acquiring, 10)
+        del client._call
+        # The create was answered (not abandoned) before the cleanup's delete was sent.
+        assert calls[:3] == [("start", "txn"), ("end", "txn: answered"), ("start", "delete")]
+        left = await client.range("/c/l/", prefix=True, keys_only=True)
+        holders = [kv.key for kv in left.kvs if not kv.key.endswith(b"/permits")]
+        assert holders == []
+        assert await recipe.acquire(timeout=5)  # nothing blocks the next holder
+        await recipe.aclose()
