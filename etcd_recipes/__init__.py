@@ -181,6 +181,7 @@ from .types import (
     Status,
     TxnResult,
     WatchEvent,
+    WatchProgress,
 )
 
 __version__ = "0.1.0.dev0"
@@ -307,6 +308,7 @@ __all__ = [
     "WatchFailed",
     "WatchFailedError",
     "WatchItem",
+    "WatchProgress",
     "WatchRecoveryEvent",
     "WatchResilience",
     "WatchResubscribed",

@@ -6,7 +6,7 @@ Watches report :class:`WatchSuspended`, :class:`WatchResubscribed`, :class:`Watc
 :class:`ConnectionState` (reference.md §2.2)::
 
     async with client.watch("/config/", prefix=True) as watch:
-        async for item in watch:
+        async for item in watch.items():
             if isinstance(item, WatchResynced):
                 ...  # history between item.compact_revision and now is gone: re-read
 """

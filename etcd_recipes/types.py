@@ -31,6 +31,7 @@ __all__ = [
     "Status",
     "TxnResult",
     "WatchEvent",
+    "WatchProgress",
 ]
 
 
@@ -227,3 +228,16 @@ class WatchEvent:
     def revision(self) -> int:
         """The revision of the change (the key's ``mod_revision``)."""
         return self.kv.mod_revision
+
+
+@dataclass(frozen=True)
+class WatchProgress:
+    """etcd confirmed that a watch has delivered every change up to ``revision``.
+
+    Only :meth:`Watch.items(progress=True) <etcd_recipes.Watch.items>` yields it: after it,
+    the watched keys are known to be unchanged between the last event and ``revision``.
+    """
+
+    key: bytes
+    """The watched key (or prefix), without the client's namespace."""
+    revision: int

@@ -215,7 +215,7 @@ async def wait_for_change(
                 done, _ = await probe()
                 if done:
                     return True
-            async for item in watch:
+            async for item in watch.items():
                 if isinstance(item, WatchEvent):
                     if trigger(item):
                         return True

@@ -9,8 +9,11 @@ Guarantees:
   re-reads the state and returns the revision to continue from) and reports ``WatchResynced``;
   a raw watch without a hook raises :class:`~etcd_recipes.errors.CompactedError` -- it never
   hangs and never silently skips the gap;
-* recovery events (``WatchSuspended``/``WatchResubscribed``/``WatchResynced``/``WatchFailed``)
-  are delivered in-band, in order with the data events;
+* iterating a watch yields data events only (:class:`~etcd_recipes.types.WatchEvent`), so a
+  plain ``async for`` loop never meets anything else; recovery events
+  (``WatchSuspended``/``WatchResubscribed``/``WatchResynced``/``WatchFailed``) go to the
+  recovery listeners and, in order with the data events, to :meth:`Watch.items`; a failure
+  ends the iteration with :class:`~etcd_recipes.errors.WatchFailedError`;
 * user code never runs inside the stream reader task: each watch is consumed by its own
   iterator (or dispatcher task), so a slow consumer stalls only itself.
 
@@ -28,7 +31,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
-from typing import Any, Union
+from typing import Any, Literal, Union, overload
 
 import grpc
 from aetcd import rpc as pb
@@ -48,7 +51,7 @@ from ..events import (
     WatchSuspended,
 )
 from ..resilience import RetryPolicy, WatchResilience
-from ..types import EventType, KeyValue, WatchEvent
+from ..types import EventType, KeyValue, WatchEvent, WatchProgress
 from .listeners import ListenerSet
 from .mailbox import Mailbox, Signal
 from .rpc import is_auth_token_error
@@ -59,6 +62,7 @@ __all__ = ["Watch", "WatchHub", "WatchItem"]
 log = logging.getLogger("etcd_recipes.watch")
 
 WatchItem = Union[WatchEvent, WatchRecoveryEvent]
+"""What :meth:`Watch.items` yields: data events and recovery events, in order."""
 ResyncHook = Callable[[], Awaitable[int]]
 
 _HUB_BACKOFF = RetryPolicy.exponential_backoff(initial_delay=0.05, max_delay=1.0, jitter=0.2)
@@ -71,19 +75,18 @@ class _Compacted:
         self.revision = revision
 
 
-_QueueItem = Union[list[WatchEvent], WatchRecoveryEvent, _Compacted]
+_QueueItem = Union[list[WatchEvent], WatchRecoveryEvent, WatchProgress, _Compacted]
 
 
 class Watch:
     """One watch on a key, a prefix or a range. Create it with :meth:`EtcdClient.watch`.
 
-    Use it as an async context manager and iterate it; items are :class:`WatchEvent` and, in
-    order with them, recovery events::
+    Use it as an async context manager and iterate it for the data events; iterate
+    :meth:`items` instead to see recovery events in order with them::
 
         async with client.watch("/jobs/", prefix=True, start_revision=rev + 1) as watch:
-            async for item in watch:
-                if isinstance(item, WatchEvent):
-                    print(item.type, item.kv.key, item.kv.value)
+            async for event in watch:
+                print(event.type, event.kv.key, event.kv.value)
     """
 
     def __init__(
@@ -113,7 +116,7 @@ class Watch:
         self._resilience = resilience
         self._id = 0
         self._queue: Mailbox[_QueueItem] = Mailbox()
-        self._buffer: deque[WatchItem] = deque()
+        self._buffer: deque[WatchItem | WatchProgress] = deque()
         self._created = False
         self._settled = Signal()  # set once created, or closed/failed before that
         self._server_active = False
@@ -180,10 +183,51 @@ class Watch:
     ) -> None:
         self._close_now()
 
-    def __aiter__(self) -> AsyncIterator[WatchItem]:
+    def __aiter__(self) -> AsyncIterator[WatchEvent]:
         return self
 
-    async def __anext__(self) -> WatchItem:
+    async def __anext__(self) -> WatchEvent:
+        while True:
+            item = await self._next_item()
+            if isinstance(item, WatchEvent):
+                return item
+
+    @overload
+    def items(self, *, progress: Literal[False] = False) -> AsyncIterator[WatchItem]: ...
+
+    @overload
+    def items(self, *, progress: Literal[True]) -> AsyncIterator[WatchItem | WatchProgress]: ...
+
+    async def items(self, *, progress: bool = False) -> AsyncIterator[WatchItem | WatchProgress]:
+        """Iterate data events and, in order with them, recovery events -- and, with
+        ``progress=True``, :class:`~etcd_recipes.types.WatchProgress` confirmations.
+
+        Ends like plain iteration: after a final ``WatchFailed`` it raises
+        :class:`~etcd_recipes.errors.WatchFailedError`; after a compaction without a
+        ``resync`` hook, :class:`~etcd_recipes.errors.CompactedError`.
+
+        Example::
+
+            from etcd_recipes import WatchEvent, WatchResubscribed
+
+            rev = (await client.put(prefix + "/jobs/1", b"a")).revision
+            async with client.watch(prefix + "/jobs/", prefix=True, start_revision=rev) as watch:
+                async for item in watch.items():
+                    if isinstance(item, WatchResubscribed):
+                        print("the stream was re-created; nothing was missed")
+                    elif isinstance(item, WatchEvent):
+                        assert item.kv.value == b"a"
+                        break
+        """
+        while True:
+            try:
+                item = await self._next_item()
+            except StopAsyncIteration:
+                return
+            if progress or not isinstance(item, WatchProgress):
+                yield item
+
+    async def _next_item(self) -> WatchItem | WatchProgress:
         if self._state == "new":
             await self.start()
         while not self._buffer:
@@ -302,14 +346,19 @@ class Watch:
     def _on_stream_progress(self, header_revision: int) -> None:
         # Only for watches known to be synced (see _on_created / _on_progress).
         if self._server_active and self._synced:
-            self._resume = max(self._resume, header_revision + 1)
+            self._advance(header_revision)
 
     def _on_progress(self, header_revision: int) -> None:
         # etcd sends per-watch progress notifications only to synced watchers, in order with
         # their events: safe to advance, and proof the watch has caught up.
         if self._server_active:
-            self._resume = max(self._resume, header_revision + 1)
+            self._advance(header_revision)
             self._synced = True
+
+    def _advance(self, header_revision: int) -> None:
+        self._resume = max(self._resume, header_revision + 1)
+        # In-band, after every event it vouches for (items(progress=True) yields it).
+        self._queue.put_nowait(WatchProgress(self.key, header_revision))
 
     def _on_compacted(self, compact_revision: int) -> None:
         self._server_active = False

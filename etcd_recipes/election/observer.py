@@ -127,7 +127,7 @@ class LeaderObserver(Recipe):
         failure: EtcdRecipeError
         try:
             async with watch:
-                async for item in watch:
+                async for item in watch.items():
                     if isinstance(item, WatchEvent):
                         self._apply_event(item)
                         continue

@@ -194,6 +194,7 @@ from etcd_recipes.types import (
     Status,
     TxnResult,
     WatchEvent,
+    WatchProgress,
 )
 
 __all__ = [
@@ -318,6 +319,7 @@ __all__ = [
     "WatchFailed",
     "WatchFailedError",
     "WatchItem",
+    "WatchProgress",
     "WatchRecoveryEvent",
     "WatchResilience",
     "WatchResubscribed",

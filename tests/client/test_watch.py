@@ -228,7 +228,8 @@ async def test_watch_below_compaction_with_resync_hook(fresh_etcd_server):
             return status.revision + 1
 
         async with client.watch("/w/k", start_revision=revs[1], resync=resync) as watch:
-            item = await _next(watch)
+            items = watch.items()
+            item = await _next(items)
             assert isinstance(item, WatchResynced)
             assert item.key == b"/w/k"
             assert item.compact_revision == revs[4]
@@ -236,7 +237,7 @@ async def test_watch_below_compaction_with_resync_hook(fresh_etcd_server):
             assert item.anchor_revision == anchor
             assert calls == [revs[5]]
             live = await client.put("/w/k", b"live")
-            ev = await _next(watch)
+            ev = await _next(items)
             assert isinstance(ev, WatchEvent)
             assert ev.revision == live.revision
             assert ev.kv.value == b"live"

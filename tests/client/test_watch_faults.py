@@ -17,11 +17,13 @@ from etcd_recipes import (
     EtcdConnectionError,
     EtcdRecipeError,
     EtcdTimeoutError,
+    EventType,
     ResilienceConfig,
     RetriesExhaustedError,
     RetryPolicy,
     RpcResilience,
     WatchEvent,
+    WatchProgress,
     WatchResubscribed,
     WatchResynced,
     WatchSuspended,
@@ -44,7 +46,7 @@ class Recorder:
 
     async def _run(self) -> None:
         try:
-            async for item in self.watch:
+            async for item in self.watch.items():
                 self.items.append(item)
         except Exception as exc:  # recorded for the test to inspect
             self.error = exc
@@ -375,3 +377,44 @@ async def test_progress_request_does_not_skip_a_watch_catching_up_in_batches(
         await asyncio.sleep(0.2)
         _assert_exact(rec, revisions)
         await rec.stop()
+
+
+async def test_plain_iteration_yields_only_data_events_across_a_restart(fresh_etcd_server):
+    """The documented ``async for event in watch`` loop survives a server restart: recovery
+    events go to the recovery listeners and to ``items()``, never into the data loop."""
+    server = fresh_etcd_server
+    async with connect(**server.client_kwargs(), **FAST) as client:
+        rev = (await client.put("/naive/k", b"0")).revision
+        recoveries: list[object] = []
+        async with client.watch("/naive/k", start_revision=rev + 1) as watch:
+            watch.add_recovery_listener(recoveries.append)
+            server.restart()
+            await client.put("/naive/k", b"1")
+            event = await asyncio.wait_for(watch.__anext__(), 15)
+            # No isinstance check is needed: the static type is WatchEvent too.
+            assert event.kv.value == b"1" and event.type is EventType.PUT
+        assert [type(r) for r in recoveries] == [WatchSuspended, WatchResubscribed]
+
+
+async def test_items_with_progress_yield_confirmations_in_order(etcd_client, etcd_prefix):
+    """A watch created above the head is synced: a progress request confirms the revision
+    in-band, after the events it covers. A replaying watch gets no such confirmation (etcd
+    3.5.1 answers stream-wide even while a watch replays; see test above)."""
+    key = etcd_prefix + "p"
+    rev = (await etcd_client.put(key, b"0")).revision
+    async with etcd_client.watch(key, start_revision=rev + 1) as watch:
+        items = watch.items(progress=True)
+        changed = await etcd_client.put(key, b"1")
+        first = await asyncio.wait_for(items.__anext__(), 5)
+        assert isinstance(first, WatchEvent) and first.revision == changed.revision
+        head = (await etcd_client.put(etcd_prefix + "other", b"x")).revision
+        etcd_client.request_progress()
+        progress = await asyncio.wait_for(items.__anext__(), 5)
+        assert isinstance(progress, WatchProgress)
+        assert progress.key == key.encode() and progress.revision >= head
+        # Without progress=True the confirmations are not yielded.
+        plain = watch.items()
+        etcd_client.request_progress()
+        last = await etcd_client.put(key, b"2")
+        item = await asyncio.wait_for(plain.__anext__(), 5)
+        assert isinstance(item, WatchEvent) and item.revision == last.revision

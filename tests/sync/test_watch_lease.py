@@ -54,7 +54,7 @@ def test_closed_watch_iteration_stops(client: EtcdClient, etcd_prefix: str) -> N
     rev = client.put(etcd_prefix + "k", "1").revision
     watch = client.watch(etcd_prefix + "k", start_revision=rev)
     watch.start()
-    assert next(watch).kv.value == b"1"  # type: ignore[union-attr]
+    assert next(watch).kv.value == b"1"
     watch.close()
     assert list(watch) == []
 
@@ -68,7 +68,7 @@ def test_recovery_listener_runs_off_the_loop_thread(fresh_etcd_server: Any) -> N
             fresh_etcd_server.restart()
             client.put("/r", "1")
             in_band = []
-            for item in watch:
+            for item in watch.items():
                 in_band.append(item)
                 if isinstance(item, WatchEvent):
                     break
@@ -186,7 +186,7 @@ def test_resync_hook_is_a_plain_function(fresh_etcd_server: Any) -> None:
 
         items: list[Any] = []
         with fail_after(3), client.watch("/c", start_revision=rev, resync=resync) as watch:
-            for item in watch:
+            for item in watch.items():
                 items.append(item)
                 if isinstance(item, WatchResynced):
                     client.put("/c", "2")

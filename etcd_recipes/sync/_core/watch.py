@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal, overload
 
 from etcd_recipes._core import watch as _async
 from etcd_recipes._core.watch import WatchItem
 from etcd_recipes.events import WatchRecoveryEvent
-from etcd_recipes.sync._twin import SyncTwin
+from etcd_recipes.sync._twin import SyncIterator, SyncTwin
+from etcd_recipes.types import WatchEvent, WatchProgress
 
 __all__ = ["Watch"]
 
@@ -18,13 +19,12 @@ __all__ = ["Watch"]
 class Watch(SyncTwin, twin_of=_async.Watch):
     """One watch on a key, a prefix or a range. Create it with :meth:`EtcdClient.watch`.
 
-    Use it as an context manager and iterate it; items are :class:`WatchEvent` and, in
-    order with them, recovery events::
+    Use it as an context manager and iterate it for the data events; iterate
+    :meth:`items` instead to see recovery events in order with them::
 
         with client.watch("/jobs/", prefix=True, start_revision=rev + 1) as watch:
-            for item in watch:
-                if isinstance(item, WatchEvent):
-                    print(item.type, item.kv.key, item.kv.value)
+            for event in watch:
+                print(event.type, event.kv.key, event.kv.value)
     """
 
     _a: _async.Watch
@@ -83,11 +83,40 @@ class Watch(SyncTwin, twin_of=_async.Watch):
         finally:
             self._release()
 
-    def __iter__(self) -> Iterator[WatchItem]:
+    def __iter__(self) -> Iterator[WatchEvent]:
         return self
 
-    def __next__(self) -> WatchItem:
+    def __next__(self) -> WatchEvent:
         return self._rt.next(self._a.__anext__)
+
+    @overload
+    def items(self, *, progress: Literal[False] = False) -> Iterator[WatchItem]: ...
+    @overload
+    def items(self, *, progress: Literal[True]) -> Iterator[WatchItem | WatchProgress]: ...
+    def items(self, *, progress: bool = False) -> Iterator[WatchItem | WatchProgress]:
+        """Iterate data events and, in order with them, recovery events -- and, with
+        ``progress=True``, :class:`~etcd_recipes.types.WatchProgress` confirmations.
+
+        Ends like plain iteration: after a final ``WatchFailed`` it raises
+        :class:`~etcd_recipes.errors.WatchFailedError`; after a compaction without a
+        ``resync`` hook, :class:`~etcd_recipes.errors.CompactedError`.
+
+        Example::
+
+            from etcd_recipes.sync import WatchEvent, WatchResubscribed
+
+            rev = (client.put(prefix + "/jobs/1", b"a")).revision
+            with client.watch(prefix + "/jobs/", prefix=True, start_revision=rev) as watch:
+                for item in watch.items():
+                    if isinstance(item, WatchResubscribed):
+                        print("the stream was re-created; nothing was missed")
+                    elif isinstance(item, WatchEvent):
+                        assert item.kv.value == b"a"
+                        break
+        """
+        value = self._rt.call_sync(self._a.items, progress=progress)
+        result: Iterator[WatchItem | WatchProgress] = SyncIterator(self._rt, value)
+        return result
 
     @property
     def key(self) -> bytes:
