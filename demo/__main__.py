@@ -15,7 +15,7 @@ import logging
 import sys
 import time
 
-from etcd_recipes import Cmp, DistributedBarrier, Op, WatchEvent, connect
+from etcd_recipes import Cmp, DistributedBarrier, Op, connect
 from etcd_recipes.counter import DistributedAtomicLong
 from etcd_recipes.testing import EtcdServer
 
@@ -49,12 +49,11 @@ async def tour(endpoint: str) -> None:
             await client.put("/demo/config/mode", "green")
             await client.delete("/demo/config/mode")
             seen = 0
-            async for item in watch:
-                if isinstance(item, WatchEvent):
-                    say(f"watch: {item.type.value} {item.kv.key_text} {item.kv.value!r}")
-                    seen += 1
-                    if seen == 2:
-                        break
+            async for event in watch:
+                say(f"watch: {event.type.value} {event.kv.key_text} {event.kv.value!r}")
+                seen += 1
+                if seen == 2:
+                    break
 
         async with client.lease(2) as lease:
             await client.put("/demo/presence", "here", lease=lease.id)
