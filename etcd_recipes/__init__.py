@@ -37,6 +37,7 @@ from __future__ import annotations
 from ._core.lease import AcquisitionLease, SelfHealingLease
 from ._core.logctx import RecipeContextFilter, current_recipe
 from ._core.recipe import BackgroundException, Recipe
+from ._core.streams import EventStream
 from ._core.txn import (
     Cmp,
     CmpResult,
@@ -103,6 +104,7 @@ from .errors import (
     EtcdRecipeError,
     EtcdServerError,
     EtcdTimeoutError,
+    EventStreamOverflowError,
     ForkedProcessError,
     FutureRevisionError,
     InvalidArgumentError,
@@ -235,6 +237,8 @@ __all__ = [
     "EtcdRecipeError",
     "EtcdServerError",
     "EtcdTimeoutError",
+    "EventStream",
+    "EventStreamOverflowError",
     "EventType",
     "ExponentialBackoff",
     "ForkedProcessError",

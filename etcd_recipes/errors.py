@@ -36,6 +36,7 @@ __all__ = [
     "EtcdRecipeError",
     "EtcdServerError",
     "EtcdTimeoutError",
+    "EventStreamOverflowError",
     "ForkedProcessError",
     "FutureRevisionError",
     "InvalidArgumentError",
@@ -175,6 +176,16 @@ class LeaseEventError(EtcdRecipeError):
 
 class WatchFailedError(EtcdRecipeError):
     """A watch gave up recovering (its retry policy was exhausted); the cause is chained."""
+
+
+class EventStreamOverflowError(EtcdRecipeError):
+    """An event stream's consumer fell ``maxsize`` items behind: the stream ended (after the
+    items it had buffered) rather than block its producer or drop items silently. Open a new
+    stream -- and, for a cache, read its current state -- to go on."""
+
+    def __init__(self, message: str, *, maxsize: int = 0) -> None:
+        super().__init__(message)
+        self.maxsize = maxsize
 
 
 class NotLeaderError(EtcdRecipeError):

@@ -234,8 +234,9 @@ class WatchEvent:
 class WatchProgress:
     """etcd confirmed that a watch has delivered every change up to ``revision``.
 
-    Only :meth:`Watch.items(progress=True) <etcd_recipes.Watch.items>` yields it: after it,
-    the watched keys are known to be unchanged between the last event and ``revision``.
+    Only :meth:`Watch.items_and_progress() <etcd_recipes.Watch.items_and_progress>` yields
+    it: after it, the watched keys are known to be unchanged between the last event and
+    ``revision``.
     """
 
     key: bytes

@@ -30,6 +30,7 @@ from ..events import ConnectionState, LeaseEvent, WatchRecoveryEvent, state_afte
 from .keys import client_id as make_client_id
 from .listeners import ListenerSet
 from .logctx import recipe_context
+from .streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .validate import check_path
 from .waiting import CLEANUP_TIMEOUT, run_shielded
 
@@ -84,6 +85,10 @@ class Recipe:
         self._state = ConnectionState.CONNECTED
         self._state_listeners = ListenerSet("connection-state", self._record_listener_error)
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._state_stream: Broadcast[ConnectionState] = Broadcast(
+            "connection-state", current=lambda: self._state
+        )
+        self._error_stream: Broadcast[BackgroundException] = Broadcast("background-exceptions")
 
     # ------------------------------------------------------------------ identity
 
@@ -144,6 +149,8 @@ class Recipe:
                     self._record_exception(exc, "close")
                 finally:
                     await self._cancel_tasks()
+                    await self._state_stream.aclose()
+                    await self._error_stream.aclose()
 
         await run_shielded(
             close, what=f"closing {self.exception_context}", timeout=CLEANUP_TIMEOUT * 2
@@ -255,6 +262,7 @@ class Recipe:
             self._errors.append(BackgroundException(context, exc))
         log.warning("%s: %s", context, exc)
         self._exception_listeners.emit(context, exc)
+        self._error_stream.publish(BackgroundException(context, exc))
 
     def _record_listener_error(self, where: str, exc: BaseException) -> None:
         # A failing state listener is recorded; a failing exception listener only logged.
@@ -275,12 +283,48 @@ class Recipe:
         """Stop calling ``listener``."""
         self._state_listeners.remove(listener)
 
+    def connection_states(self) -> EventStream[ConnectionState]:
+        """The connection state now, then each change, as an async iterator.
+
+        Conflated: a consumer that falls behind skips to the newest state (it never
+        overflows). Breaking out of the loop unregisters it.
+
+        Example::
+
+            from etcd_recipes import ConnectionState, DistributedBarrier
+
+            barrier = DistributedBarrier(client, f"{prefix}/gate")
+            async with barrier.connection_states() as states:
+                assert await anext(states) is ConnectionState.CONNECTED
+            await barrier.aclose()
+        """
+        return self._state_stream.stream(1, conflate=True)
+
+    def background_exceptions(
+        self, maxsize: int = DEFAULT_STREAM_BUFFER
+    ) -> EventStream[BackgroundException]:
+        """Each background failure recorded from now on, as an async iterator (bounded by
+        ``maxsize``; see :class:`~etcd_recipes.EventStream`).
+
+        Example::
+
+            from etcd_recipes import DistributedBarrier
+
+            barrier = DistributedBarrier(client, f"{prefix}/gate")
+            failures = barrier.background_exceptions()
+            print(failures.buffered)  # 0: nothing has failed
+            await failures.aclose()
+            await barrier.aclose()
+        """
+        return self._error_stream.stream(maxsize)
+
     def _set_state(self, new: ConnectionState) -> None:
         old, self._state = self._state, new
         if old is new:
             return
         log.info("%s: connection state %s -> %s", self.exception_context, old.value, new.value)
         self._state_listeners.emit(new, old)
+        self._state_stream.publish(new)
 
     def _on_recovery_event(self, event: WatchRecoveryEvent | LeaseEvent) -> None:
         """Fold a watch-recovery or lease event into ``connection_state``."""

@@ -31,7 +31,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
-from typing import Any, Literal, Union, overload
+from typing import Any, Union
 
 import grpc
 from aetcd import rpc as pb
@@ -192,15 +192,8 @@ class Watch:
             if isinstance(item, WatchEvent):
                 return item
 
-    @overload
-    def items(self, *, progress: Literal[False] = False) -> AsyncIterator[WatchItem]: ...
-
-    @overload
-    def items(self, *, progress: Literal[True]) -> AsyncIterator[WatchItem | WatchProgress]: ...
-
-    async def items(self, *, progress: bool = False) -> AsyncIterator[WatchItem | WatchProgress]:
-        """Iterate data events and, in order with them, recovery events -- and, with
-        ``progress=True``, :class:`~etcd_recipes.types.WatchProgress` confirmations.
+    async def items(self) -> AsyncIterator[WatchItem]:
+        """Iterate data events and, in order with them, recovery events.
 
         Ends like plain iteration: after a final ``WatchFailed`` it raises
         :class:`~etcd_recipes.errors.WatchFailedError`; after a compaction without a
@@ -224,8 +217,34 @@ class Watch:
                 item = await self._next_item()
             except StopAsyncIteration:
                 return
-            if progress or not isinstance(item, WatchProgress):
+            if not isinstance(item, WatchProgress):
                 yield item
+
+    async def items_and_progress(self) -> AsyncIterator[WatchItem | WatchProgress]:
+        """Like :meth:`items`, plus a :class:`~etcd_recipes.types.WatchProgress` each time etcd
+        confirms that the watch has delivered every change up to a revision.
+
+        Only a watch known to be caught up gets them (one created above the head revision,
+        or after etcd's own per-watch notification): etcd 3.5.1 answers a progress request
+        with the head revision even while a watch still replays history.
+
+        Example::
+
+            from etcd_recipes import WatchProgress
+
+            key = prefix + "/idle"
+            async with client.watch(key) as watch:  # from now: caught up at once
+                items = watch.items_and_progress()
+                client.request_progress()
+                item = await anext(items)
+                assert isinstance(item, WatchProgress) and item.key == key.encode()
+        """
+        while True:
+            try:
+                item = await self._next_item()
+            except StopAsyncIteration:
+                return
+            yield item
 
     async def _next_item(self) -> WatchItem | WatchProgress:
         if self._state == "new":
@@ -357,7 +376,7 @@ class Watch:
 
     def _advance(self, header_revision: int) -> None:
         self._resume = max(self._resume, header_revision + 1)
-        # In-band, after every event it vouches for (items(progress=True) yields it).
+        # In-band, after every event it vouches for (items_and_progress() yields it).
         self._queue.put_nowait(WatchProgress(self.key, header_revision))
 
     def _on_compacted(self, compact_revision: int) -> None:

@@ -95,6 +95,7 @@ from etcd_recipes.errors import (
     EtcdRecipeError,
     EtcdServerError,
     EtcdTimeoutError,
+    EventStreamOverflowError,
     ForkedProcessError,
     FutureRevisionError,
     InvalidArgumentError,
@@ -151,6 +152,7 @@ from etcd_recipes.resilience import (
 )
 from etcd_recipes.sync._core.lease import AcquisitionLease, SelfHealingLease
 from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._core.streams import EventStream
 from etcd_recipes.sync._core.watch import Watch
 from etcd_recipes.sync._runtime import fail_after
 from etcd_recipes.sync.barriers.barrier import DistributedBarrier
@@ -240,6 +242,8 @@ __all__ = [
     "EtcdRecipeError",
     "EtcdServerError",
     "EtcdTimeoutError",
+    "EventStream",
+    "EventStreamOverflowError",
     "EventType",
     "ExponentialBackoff",
     "ForkedProcessError",

@@ -403,7 +403,7 @@ async def test_items_with_progress_yield_confirmations_in_order(etcd_client, etc
     key = etcd_prefix + "p"
     rev = (await etcd_client.put(key, b"0")).revision
     async with etcd_client.watch(key, start_revision=rev + 1) as watch:
-        items = watch.items(progress=True)
+        items = watch.items_and_progress()
         changed = await etcd_client.put(key, b"1")
         first = await asyncio.wait_for(items.__anext__(), 5)
         assert isinstance(first, WatchEvent) and first.revision == changed.revision
@@ -412,7 +412,7 @@ async def test_items_with_progress_yield_confirmations_in_order(etcd_client, etc
         progress = await asyncio.wait_for(items.__anext__(), 5)
         assert isinstance(progress, WatchProgress)
         assert progress.key == key.encode() and progress.revision >= head
-        # Without progress=True the confirmations are not yielded.
+        # items() does not yield the confirmations.
         plain = watch.items()
         etcd_client.request_progress()
         last = await etcd_client.put(key, b"2")

@@ -171,7 +171,8 @@ class Writer:
         if ann is None or ix.is_none(ann):
             return Conversion("plain", None) if ann is None else Conversion("none", "None")
         inner, optional = ix.split_optional(ix.parse_str(ann))
-        if self.plan.is_twin(self.index.canon_of(inner, ctx)):
+        outer = inner.value if isinstance(inner, ast.Subscript) else inner  # Twin[T] too
+        if self.plan.is_twin(self.index.canon_of(outer, ctx)):
             return Conversion("twin", self.text(ann, ctx), optional)
         if isinstance(inner, ast.Subscript) and not optional:
             head, element = self.index.canon_of(inner.value, ctx), ix.slice_items(inner)[0]

@@ -30,6 +30,7 @@ DOC_REWRITES: list[tuple[str, str]] = [
     ("async with ", "with "),
     ("async for ", "for "),
     ("async def ", "def "),
+    ("await anext(", "next("),
     ("await ", ""),
     (".aclose()", ".close()"),
     (":meth:`aclose`", ":meth:`close`"),

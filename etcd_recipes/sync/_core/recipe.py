@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from etcd_recipes._core import recipe as _async
 from etcd_recipes._core.recipe import BackgroundException, ExceptionListener, StateListener
+from etcd_recipes._core.streams import DEFAULT_STREAM_BUFFER
 from etcd_recipes.events import ConnectionState
 from etcd_recipes.sync._twin import SyncTwin
 
 if TYPE_CHECKING:
+    from etcd_recipes.sync._core.streams import EventStream
     from etcd_recipes.sync.client import EtcdClient
 
 __all__ = ["Recipe"]
@@ -130,6 +132,45 @@ class Recipe(SyncTwin, twin_of=_async.Recipe):
     def remove_connection_state_listener(self, listener: StateListener) -> None:
         """Stop calling ``listener``."""
         self._rt.call_sync(self._a.remove_connection_state_listener, self._rt.listener(listener))
+
+    def connection_states(self) -> EventStream[ConnectionState]:
+        """The connection state now, then each change, as an async iterator.
+
+        Conflated: a consumer that falls behind skips to the newest state (it never
+        overflows). Breaking out of the loop unregisters it.
+
+        Example::
+
+            from etcd_recipes.sync import ConnectionState, DistributedBarrier
+
+            barrier = DistributedBarrier(client, f"{prefix}/gate")
+            with barrier.connection_states() as states:
+                assert next(states) is ConnectionState.CONNECTED
+            barrier.close()
+        """
+        value = self._rt.call_sync(self._a.connection_states)
+        result: EventStream[ConnectionState] = self._twin(value)
+        return result
+
+    def background_exceptions(
+        self, maxsize: int = DEFAULT_STREAM_BUFFER
+    ) -> EventStream[BackgroundException]:
+        """Each background failure recorded from now on, as an async iterator (bounded by
+        ``maxsize``; see :class:`~etcd_recipes.EventStream`).
+
+        Example::
+
+            from etcd_recipes.sync import DistributedBarrier
+
+            barrier = DistributedBarrier(client, f"{prefix}/gate")
+            failures = barrier.background_exceptions()
+            print(failures.buffered)  # 0: nothing has failed
+            failures.close()
+            barrier.close()
+        """
+        value = self._rt.call_sync(self._a.background_exceptions, maxsize)
+        result: EventStream[BackgroundException] = self._twin(value)
+        return result
 
     def is_healthy(self) -> bool:
         """Not LOST and not closed. No I/O."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import Any, Literal, overload
+from typing import Any
 
 from etcd_recipes._core import watch as _async
 from etcd_recipes._core.watch import WatchItem
@@ -89,13 +89,8 @@ class Watch(SyncTwin, twin_of=_async.Watch):
     def __next__(self) -> WatchEvent:
         return self._rt.next(self._a.__anext__)
 
-    @overload
-    def items(self, *, progress: Literal[False] = False) -> Iterator[WatchItem]: ...
-    @overload
-    def items(self, *, progress: Literal[True]) -> Iterator[WatchItem | WatchProgress]: ...
-    def items(self, *, progress: bool = False) -> Iterator[WatchItem | WatchProgress]:
-        """Iterate data events and, in order with them, recovery events -- and, with
-        ``progress=True``, :class:`~etcd_recipes.types.WatchProgress` confirmations.
+    def items(self) -> Iterator[WatchItem]:
+        """Iterate data events and, in order with them, recovery events.
 
         Ends like plain iteration: after a final ``WatchFailed`` it raises
         :class:`~etcd_recipes.errors.WatchFailedError`; after a compaction without a
@@ -114,7 +109,30 @@ class Watch(SyncTwin, twin_of=_async.Watch):
                         assert item.kv.value == b"a"
                         break
         """
-        value = self._rt.call_sync(self._a.items, progress=progress)
+        value = self._rt.call_sync(self._a.items)
+        result: Iterator[WatchItem] = SyncIterator(self._rt, value)
+        return result
+
+    def items_and_progress(self) -> Iterator[WatchItem | WatchProgress]:
+        """Like :meth:`items`, plus a :class:`~etcd_recipes.types.WatchProgress` each time etcd
+        confirms that the watch has delivered every change up to a revision.
+
+        Only a watch known to be caught up gets them (one created above the head revision,
+        or after etcd's own per-watch notification): etcd 3.5.1 answers a progress request
+        with the head revision even while a watch still replays history.
+
+        Example::
+
+            from etcd_recipes.sync import WatchProgress
+
+            key = prefix + "/idle"
+            with client.watch(key) as watch:  # from now: caught up at once
+                items = watch.items_and_progress()
+                client.request_progress()
+                item = next(items)
+                assert isinstance(item, WatchProgress) and item.key == key.encode()
+        """
+        value = self._rt.call_sync(self._a.items_and_progress)
         result: Iterator[WatchItem | WatchProgress] = SyncIterator(self._rt, value)
         return result
 
