@@ -46,7 +46,8 @@ _ErrorSink = Callable[[str, BaseException], Any]
 class EventStream(Generic[T]):
     """An async iterator over a recipe's events, with a bounded buffer.
 
-    Iterate it; ``break`` (or :meth:`aclose`, or leaving ``async with``) unregisters it. If the consumer falls ``maxsize`` items behind, the stream ends with
+    Iterate it; ``break`` (or :meth:`aclose`, or leaving ``async with``) unregisters it. If
+    the consumer falls ``maxsize`` items behind, the stream ends with
     :class:`~etcd_recipes.errors.EventStreamOverflowError` after the buffered items -- the
     producer is never blocked and nothing is dropped silently.
 

@@ -17,7 +17,8 @@ T = TypeVar("T")
 class EventStream(SyncTwin, Generic[T], twin_of=_async.EventStream):
     """A blocking iterator over a recipe's events, with a bounded buffer.
 
-    Iterate it; ``break`` (or :meth:`close`, or leaving ``with``) unregisters it. If the consumer falls ``maxsize`` items behind, the stream ends with
+    Iterate it; ``break`` (or :meth:`close`, or leaving ``with``) unregisters it. If
+    the consumer falls ``maxsize`` items behind, the stream ends with
     :class:`~etcd_recipes.errors.EventStreamOverflowError` after the buffered items -- the
     producer is never blocked and nothing is dropped silently.
 
