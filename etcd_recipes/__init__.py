@@ -53,6 +53,8 @@ from ._core.watch import Watch, WatchItem
 from .barriers.barrier import DistributedBarrier
 from .barriers.counted import DistributedBarrierWithCount
 from .barriers.double import DistributedDoubleBarrier
+from .caches.events import BatchKind, CacheBatch, CacheEntry, CacheEvent, CacheEventType
+from .caches.prefix import PrefixCache
 from .client import EtcdClient, connect
 from .codecs import (
     BYTES,
@@ -200,8 +202,13 @@ __all__ = [
     "AlreadyStartedError",
     "AuthenticationError",
     "BackgroundException",
+    "BatchKind",
     "Bounded",
     "BytesCodec",
+    "CacheBatch",
+    "CacheEntry",
+    "CacheEvent",
+    "CacheEventType",
     "ClaimLostError",
     "ClientClosedError",
     "Cmp",
@@ -281,6 +288,7 @@ __all__ = [
     "Participant",
     "PermissionDeniedError",
     "PermitLostError",
+    "PrefixCache",
     "PutOp",
     "PutResult",
     "PydanticCodec",

@@ -288,13 +288,15 @@ class EtcdClient(ServiceCalls):
         count_only: bool = False,
         serializable: bool = False,
         max_create_revision: int = 0,
+        min_mod_revision: int = 0,
         timeout: float | None = _UNSET,
     ) -> RangeResult:
         """Read a key, a prefix (``prefix=True``) or the range ``[key, range_end)``.
 
-        ``max_create_revision`` keeps only keys created at or before that revision (``0``: no
-        filter). Always one plain ``Range`` RPC, never a read-only transaction (etcd 3.5.0 and
-        3.5.1 panic when a read-only ``Txn`` is cancelled in flight).
+        ``max_create_revision`` keeps only keys created at or before that revision, and
+        ``min_mod_revision`` only keys modified at or after it (``0``: no filter). Always one
+        plain ``Range`` RPC, never a read-only transaction (etcd 3.5.0 and 3.5.1 panic when a
+        read-only ``Txn`` is cancelled in flight).
 
         Example::
 
@@ -309,6 +311,8 @@ class EtcdClient(ServiceCalls):
             assert (await client.range(prefix + "/q/", prefix=True, count_only=True)).count == 2
             early = await client.range(prefix + "/q/", prefix=True, max_create_revision=first)
             assert [kv.value for kv in early] == [b"1"]
+            late = await client.range(prefix + "/q/", prefix=True, min_mod_revision=first + 1)
+            assert [kv.value for kv in late] == [b"2"]
         """
         req = self._range_request(
             key,
@@ -322,6 +326,7 @@ class EtcdClient(ServiceCalls):
             count_only=count_only,
             serializable=serializable,
             max_create_revision=max_create_revision,
+            min_mod_revision=min_mod_revision,
         )
         resp = await self._call("range", "Range", pb.KVStub, req, timeout=timeout)
         return self._range_result(resp)

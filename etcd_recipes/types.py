@@ -214,6 +214,8 @@ class Status:
     raft_term: int
     revision: int
     errors: list[str]
+    cluster_id: int = 0
+    """The cluster's id: a restore from a snapshot makes a new one."""
 
 
 @dataclass(frozen=True)

@@ -89,10 +89,13 @@ class Convert:
         count_only: bool = False,
         serializable: bool = False,
         max_create_revision: int = 0,
+        min_mod_revision: int = 0,
     ) -> Any:
         """A ``RangeRequest`` (validated, namespaced)."""
-        if limit < 0 or revision < 0 or max_create_revision < 0:
-            raise InvalidArgumentError("limit, revision and max_create_revision must be >= 0")
+        if min(limit, revision, max_create_revision, min_mod_revision) < 0:
+            raise InvalidArgumentError(
+                "limit, revision, max_create_revision and min_mod_revision must be >= 0"
+            )
         k = self.namespace + key_bytes(key)
         return pb.RangeRequest(
             key=k,
@@ -105,6 +108,7 @@ class Convert:
             count_only=count_only,
             serializable=serializable,
             max_create_revision=max_create_revision,
+            min_mod_revision=min_mod_revision,
         )
 
     def range_result(self, resp: Any) -> RangeResult:
@@ -228,6 +232,7 @@ def status(resp: Any) -> Status:
         raft_term=int(resp.raftTerm),
         revision=int(resp.header.revision),
         errors=[str(e) for e in resp.errors],
+        cluster_id=int(resp.header.cluster_id),
     )
 
 

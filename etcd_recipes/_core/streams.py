@@ -13,8 +13,8 @@ and read two ways:
   delays only itself and sees every item in order. A listener that raises is reported to the
   broadcast's error sink and keeps receiving.
 
-Not guaranteed: items published before a stream or listener was registered are not replayed
-(streams of states take the current state as their first item instead).
+Not guaranteed: items published before a stream or listener was registered are not replayed;
+a broadcast of a state gives a new reader the current state as its first item instead.
 """
 
 from __future__ import annotations
@@ -204,8 +204,8 @@ class _Dispatcher(Generic[T]):
 class Broadcast(Generic[T]):
     """Fan one producer's items out to bounded :class:`EventStream` s and ordered listeners.
 
-    ``current`` (optional) gives the item a *new* stream starts with -- the present state, for
-    streams of states.
+    ``current`` (optional) gives the item a *new* stream or listener starts with -- the present
+    state (``None``: nothing to start with yet).
     """
 
     def __init__(
@@ -213,7 +213,7 @@ class Broadcast(Generic[T]):
         name: str,
         on_error: _ErrorSink | None = None,
         *,
-        current: Callable[[], T] | None = None,
+        current: Callable[[], T | None] | None = None,
     ) -> None:
         self.name = name
         self._on_error = on_error
@@ -250,8 +250,8 @@ class Broadcast(Generic[T]):
             stream._end()
             return stream
         self._streams.add(stream)
-        if self._current is not None:
-            stream._offer(self._current())
+        if self._current is not None and (first := self._current()) is not None:
+            stream._offer(first)
         return stream
 
     def add_listener(self, listener: Callable[[T], Any]) -> None:
@@ -260,7 +260,10 @@ class Broadcast(Generic[T]):
             raise TypeError(f"{self.name} listener must be callable")
         with contextlib.suppress(RuntimeError):  # registered off the loop: bound at first item
             self._loop = asyncio.get_running_loop()
-        self._dispatchers.append(_Dispatcher(listener, self))
+        dispatcher = _Dispatcher(listener, self)
+        self._dispatchers.append(dispatcher)
+        if self._current is not None and (first := self._current()) is not None:
+            dispatcher.offer(first)
 
     def remove_listener(self, listener: Callable[[T], Any]) -> None:
         """Stop calling ``listener`` (items queued for it are dropped); unknown ones are

@@ -136,6 +136,13 @@ class Watch:
         return self._resume
 
     @property
+    def buffered(self) -> int:
+        """Events received and not yet iterated, of the server response being consumed. ``0``
+        after an event means that response is done -- etcd sends a revision's events together,
+        so a consumer grouping by revision knows the revision is complete."""
+        return len(self._buffer)
+
+    @property
     def is_synced(self) -> bool:
         """Whether the server has caught this watch up to the present (it started above the
         head revision, or a progress notification said so). A watch replaying history gets

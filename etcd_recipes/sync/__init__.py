@@ -57,6 +57,7 @@ from etcd_recipes._core.txn import (
     TxnOp,
 )
 from etcd_recipes._core.watch import WatchItem
+from etcd_recipes.caches.events import BatchKind, CacheBatch, CacheEntry, CacheEvent, CacheEventType
 from etcd_recipes.codecs import (
     BYTES,
     INT32,
@@ -158,6 +159,7 @@ from etcd_recipes.sync._runtime import fail_after
 from etcd_recipes.sync.barriers.barrier import DistributedBarrier
 from etcd_recipes.sync.barriers.counted import DistributedBarrierWithCount
 from etcd_recipes.sync.barriers.double import DistributedDoubleBarrier
+from etcd_recipes.sync.caches.prefix import PrefixCache
 from etcd_recipes.sync.client import EtcdClient, connect
 from etcd_recipes.sync.counter import DistributedAtomicLong
 from etcd_recipes.sync.election.latch import LeaderLatch
@@ -205,8 +207,13 @@ __all__ = [
     "AuthenticationError",
     "BYTES",
     "BackgroundException",
+    "BatchKind",
     "Bounded",
     "BytesCodec",
+    "CacheBatch",
+    "CacheEntry",
+    "CacheEvent",
+    "CacheEventType",
     "ClaimLostError",
     "ClientClosedError",
     "Cmp",
@@ -291,6 +298,7 @@ __all__ = [
     "Participant",
     "PermissionDeniedError",
     "PermitLostError",
+    "PrefixCache",
     "PutOp",
     "PutResult",
     "PydanticCodec",

@@ -40,7 +40,9 @@ How members map
     * parameters typed with a twinned class are unwrapped, results wrapped; a constructor
       whose first required twinned parameter is a client binds the twin to that client;
     * ``Callable[..., Awaitable[R]]`` parameters (hooks) are taken as ``Callable[..., R]``
-      and run in worker threads; other callables (listeners) run on the listener thread;
+      and run in worker threads; callables of a type in ``rules.PURE`` (filters,
+      transforms, index functions) are passed as they are and called inline; other
+      callables (listeners) run on the listener thread;
     * public members of private base classes are flattened in; the nearest twinned ancestors
       (reached through private bases too) are the twin's bases, so ``class Public(_Private)``
       with ``class _Private(Recipe)`` gives a twin that is a sync ``Recipe``;
@@ -62,8 +64,9 @@ What a recipe author must write in the async source
     blocking example. Never repeat a base only for the generator. A shape it cannot twin is a
     :class:`GenError` naming the file and what to change.
 
-Rules are checked too: every entry of ``RENAMES``, ``DOC_REWRITES`` and ``OPAQUE`` must be used
-in a run, else the run (and ``--check``) fails naming it -- delete rules for code that is gone.
+Rules are checked too: every entry of ``RENAMES``, ``DOC_REWRITES``, ``OPAQUE`` and ``PURE``
+must be used in a run, else the run (and ``--check``) fails naming it -- delete rules for code
+that is gone.
 """
 
 from __future__ import annotations

@@ -146,6 +146,9 @@ class Writer:
         inner, optional = ix.split_optional(ann)
         if self.plan.is_twin(self.index.canon_of(inner, ctx)):
             return Conversion("unwrap", self.text(ann, ctx), optional)
+        named = inner.value if isinstance(inner, ast.Subscript) else inner  # IndexFn[T] too
+        if self.plan.usage.pure(self.index.canon_of(named, ctx)):
+            return Conversion("plain", self.text(ann, ctx))
         target, tctx = self.alias_target(inner, ctx)
         if isinstance(target, ast.Subscript) and self.index.is_abc(target.value, tctx, "Callable"):
             items = ix.slice_items(target)

@@ -1,5 +1,6 @@
-"""The generator's tables. Every entry of :data:`RENAMES`, :data:`DOC_REWRITES` and
-:data:`OPAQUE` must be used in a run (:class:`Usage` counts them), else the run fails naming it.
+"""The generator's tables. Every entry of :data:`RENAMES`, :data:`DOC_REWRITES`,
+:data:`OPAQUE` and :data:`PURE` must be used in a run (:class:`Usage` counts them), else the
+run fails naming it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ HEADER = MARKER + " from {source} — do not edit"
 SYNC_ONLY: list[tuple[str, str]] = [("etcd_recipes.sync._runtime", "fail_after")]
 """Hand-written names that ``etcd_recipes.sync`` exports on top of ``etcd_recipes.__all__``."""
 
-SPECIAL = {"__init__", "__aenter__", "__aexit__", "__aiter__", "__anext__"}
+SPECIAL = {
+    "__init__",
+    "__aenter__",
+    "__aexit__",
+    "__aiter__",
+    "__anext__",
+    "__len__",
+    "__contains__",
+}
 """Dunder methods that are twinned (every other underscore name is private)."""
 
 RENAMES = {"__aenter__": "__enter__", "__aexit__": "__exit__", "aclose": "close"}
@@ -52,6 +61,15 @@ docstring needs it, e.g. ``("asyncio.run(main())", "main()")``; an unused one fa
 OPAQUE = {("etcd_recipes._core.listeners", "ListenerSet")}
 """Types whose public attributes are not twinned (use the ``add_*_listener`` methods)."""
 
+PURE = {
+    ("etcd_recipes.caches.events", "KeyFilter"),
+    ("etcd_recipes.caches.events", "Transform"),
+    ("etcd_recipes.caches.events", "IndexFn"),
+}
+"""Callable types of pure functions (filters, transforms, index functions): a facade caller's
+function is passed as it is and called inline on the loop thread, like the async recipe calls
+it -- not a listener run later on the listener thread, whose result would be lost."""
+
 PACKAGE_DOC = (Path(__file__).parent / "sync_package_doc.txt").read_text(encoding="utf-8").strip()
 """The docstring of the generated ``etcd_recipes/sync/__init__.py`` (user documentation)."""
 
@@ -76,7 +94,14 @@ class Usage:
         self.used.add(f"opaque type {canon[0]}.{canon[1]}" if canon else "")
         return canon in OPAQUE
 
+    def pure(self, canon: tuple[str, str] | None) -> bool:
+        if canon in PURE:
+            self.used.add(f"pure callable {canon[0]}.{canon[1]}")
+            return True
+        return False
+
     def unused(self) -> list[str]:
         every = [f"rename {n!r}" for n in RENAMES] + [f"doc rewrite {o!r}" for o, _ in DOC_REWRITES]
         every += [f"opaque type {m}.{n}" for m, n in OPAQUE]
+        every += [f"pure callable {m}.{n}" for m, n in PURE]
         return [e for e in every if e not in self.used]

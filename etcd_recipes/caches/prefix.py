@@ -1,0 +1,632 @@
+"""PrefixCache: a local, always-converging copy of a key range (a prefix, or one key).
+
+Guarantees:
+
+* ``start()`` returns only once the cache holds a snapshot read at **one** revision (paged,
+  every page at the first page's revision; the load restarts if that revision is compacted
+  mid-load); it retries until ``start_timeout`` and then **raises** -- a cache never starts
+  empty because the server was down (CURATOR-328);
+* after the snapshot, a watch from ``snapshot revision + 1`` on the client's shared watch
+  stream: nothing falls between the read and the watch, and a reconnect resumes exactly;
+* changes are reported one :class:`~etcd_recipes.CacheBatch` per revision, in revision order,
+  never twice (a replayed revision is dropped); the snapshot is always reported, as an
+  ``INITIAL`` batch, even when empty;
+* a **resync** -- history compacted past the resume point, a server restored from a backup (its
+  revision went backwards or its cluster id changed), a watch that gave up -- re-reads the
+  range and reports the **difference** as synthetic events between ``RESYNCING`` and
+  ``RESYNCED`` markers, so whoever applies every event converges (CURATOR-391: a key deleted
+  and re-created meanwhile is told apart by its create revision); repeated resyncs back off
+  (bounded and jittered: a compaction loop cannot hammer etcd);
+* reads (``get``, ``items``, ``len``, ``in``, ``revision``) do no I/O; ``get_consistent`` and
+  ``wait_for_revision`` make a read as fresh as a linearizable read: they request watch
+  progress and, where progress requests go unanswered (``etcd grpc-proxy``), prove with two
+  count-only reads that nothing changed since the cache's revision;
+* a value its codec cannot decode becomes an entry with ``error`` set plus a recorded
+  background exception; the cache goes on.
+
+* a listener or stream registered at any time starts with an ``INITIAL`` batch of the content
+  at the cache's revision, then gets every later batch: applying them all reproduces the
+  cache.
+
+Not guaranteed: while the connection is down the cache serves what it last saw
+(``is_synced`` is ``False`` then); after a restore from an older backup the cache's revision
+goes back with the server's (the ``RESYNCED`` marker says so).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, Any, Generic
+
+import anyio
+
+from .._core.keys import prefix_range_end
+from .._core.recipe import Recipe
+from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
+from .._core.validate import check_count, check_timeout
+from ..codecs import Codec, ValueT, as_codec
+from ..errors import (
+    CodecError,
+    CompactedError,
+    EtcdRecipeError,
+    EtcdTimeoutError,
+    InvalidArgumentError,
+    UsageError,
+    WatchFailedError,
+)
+from ..events import ConnectionState, WatchResubscribed, WatchSuspended
+from ..resilience import RetryPolicy
+from ..types import KeyValue, WatchEvent, WatchProgress
+from ._store import Store
+from .events import BatchKind, CacheBatch, CacheEntry, IndexFn, KeyFilter, Transform
+
+if TYPE_CHECKING:
+    from ..client import EtcdClient
+
+__all__ = ["PrefixCache"]
+
+log = logging.getLogger("etcd_recipes.caches")
+
+_RESYNC_BACKOFF = RetryPolicy.exponential_backoff(initial_delay=0.5, max_delay=30.0, jitter=0.3)
+_START_BACKOFF = RetryPolicy.exponential_backoff(initial_delay=0.1, max_delay=2.0, jitter=0.2)
+_CALM = 10.0  # seconds without a resync after which the resync backoff starts over
+_PROGRESS_WAIT = 0.25  # seconds to wait for a progress answer before proving by reads
+
+
+def _seconds(value: Any, what: str) -> float:
+    checked = check_timeout(value, what=what, optional=False)
+    assert checked is not None
+    return checked
+
+
+class PrefixCache(Recipe, Generic[ValueT]):
+    """A local copy of every key under ``prefix`` (or of one key, ``single_key=True``),
+    kept current by a watch.
+
+    ``codec`` decodes values (bytes by default); ``values=False`` keeps keys and revisions
+    only; ``transform`` maps each decoded value at ingest (e.g. to keep only what you need);
+    ``key_filter`` keeps only the keys it accepts. Keys are ``str`` (UTF-8; other bytes
+    survive as surrogate escapes).
+
+    Example::
+
+        from etcd_recipes import PrefixCache
+
+        await client.put(f"{prefix}/config/mode", b"blue")
+        async with PrefixCache(client, f"{prefix}/config/") as cache:
+            assert cache.get(f"{prefix}/config/mode") == b"blue"  # no I/O
+            written = await client.put(f"{prefix}/config/mode", b"green")
+            await cache.wait_for_revision(written.revision)
+            assert cache.get(f"{prefix}/config/mode") == b"green"
+    """
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        prefix: str,
+        *,
+        codec: Codec[ValueT] | None = None,
+        single_key: bool = False,
+        values: bool = True,
+        transform: Transform[ValueT] | None = None,
+        key_filter: KeyFilter | None = None,
+        page_size: int = 1000,
+        start_timeout: float = 30.0,
+        client_id: str | None = None,
+    ) -> None:
+        super().__init__(client, prefix, client_id=client_id)
+        self.single_key = single_key
+        """Whether the cache holds the one key ``path`` rather than a prefix."""
+        self.page_size = check_count(page_size, what="page_size")
+        """Keys read per page of a snapshot."""
+        self.start_timeout: float = _seconds(start_timeout, "start_timeout")
+        """Seconds ``start()`` keeps trying before it raises."""
+        if transform is not None and not callable(transform):
+            raise InvalidArgumentError("transform must be callable")
+        if key_filter is not None and not callable(key_filter):
+            raise InvalidArgumentError("key_filter must be callable")
+        self._codec: Codec[ValueT] = as_codec(codec)
+        self._values = values
+        self._key = prefix.encode("utf-8")
+        self._end = None if single_key else prefix_range_end(self._key)
+        self._store: Store[ValueT] = Store(
+            self._codec,
+            values=values,
+            transform=transform,
+            key_filter=key_filter,
+            on_decode_error=self._decode_failed,
+        )
+        self._revision = 0
+        self._synced = False
+        self._loaded = False
+        self._changed: asyncio.Event | None = None
+        self._batches: Broadcast[CacheBatch[ValueT]] = Broadcast(
+            "cache-events", self._record_listener_error, current=self._current_batch
+        )
+        self._cluster_id = 0
+        self._resyncs = 0
+        self._last_resync = 0.0
+        self._resync_attempt = 0
+
+    # ---------------------------------------------------------------- identity
+
+    def __repr__(self) -> str:
+        synced = "synced" if self._synced else "not synced"
+        return (
+            f"<{self.exception_context} {self._lifecycle} {synced} revision={self._revision} "
+            f"keys={len(self._store.entries)} {self._state.value}>"
+        )
+
+    @property
+    def revision(self) -> int:
+        """The revision the cache reflects: every change up to it is applied."""
+        return self._revision
+
+    @property
+    def is_synced(self) -> bool:
+        """Whether the cache is loaded and its watch live (not resyncing or reconnecting)."""
+        return self._synced
+
+    @property
+    def resync_count(self) -> int:
+        """How many times the cache re-read the range since it started."""
+        return self._resyncs
+
+    # ---------------------------------------------------------------- reads (no I/O)
+
+    def get(self, key: str, default: ValueT | None = None) -> ValueT | None:
+        """The cached value of ``key`` (``default`` if absent). No I/O.
+
+        Raises the entry's :class:`~etcd_recipes.errors.CodecError` if its value could not
+        be decoded, and :class:`~etcd_recipes.errors.UsageError` with ``values=False``.
+
+        Example::
+
+            from etcd_recipes import JSON, PrefixCache
+
+            await client.put(f"{prefix}/svc/a", b'{"port": 80}')
+            async with PrefixCache(client, f"{prefix}/svc/", codec=JSON) as cache:
+                assert cache.get(f"{prefix}/svc/a") == {"port": 80}
+                assert cache.get(f"{prefix}/svc/none", {}) == {}
+        """
+        if not self._values:
+            raise UsageError(f"{self.exception_context}: values=False keeps no values")
+        entry = self._store.entries.get(key)
+        if entry is None:
+            return default
+        if entry.error is not None:
+            raise entry.error
+        return entry.value
+
+    def entry(self, key: str) -> CacheEntry[ValueT] | None:
+        """The cached entry of ``key`` (value, revisions, decode error), or ``None``. No I/O.
+
+        Example::
+
+            from etcd_recipes import PrefixCache
+
+            await client.put(f"{prefix}/m/a", b"1")
+            async with PrefixCache(client, f"{prefix}/m/", values=False) as cache:
+                entry = cache.entry(f"{prefix}/m/a")
+                assert entry is not None and entry.value is None and entry.version == 1
+        """
+        return self._store.entries.get(key)
+
+    def keys(self) -> list[str]:
+        """The cached keys, sorted. No I/O."""
+        return sorted(self._store.entries)
+
+    def items(self) -> list[tuple[str, ValueT]]:
+        """``(key, value)`` of every entry whose value decoded, sorted by key. No I/O.
+
+        Example::
+
+            from etcd_recipes import UTF8, PrefixCache
+
+            await client.put(f"{prefix}/i/b", "2")
+            await client.put(f"{prefix}/i/a", "1")
+            async with PrefixCache(client, f"{prefix}/i/", codec=UTF8) as cache:
+                assert cache.items() == [(f"{prefix}/i/a", "1"), (f"{prefix}/i/b", "2")]
+        """
+        entries = self._store.entries
+        return [
+            (k, e.value)
+            for k, e in sorted(entries.items())
+            if e.error is None and e.value is not None
+        ]
+
+    def entries(self) -> list[CacheEntry[ValueT]]:
+        """Every entry, sorted by key (decode failures included, with ``error`` set)."""
+        return [e for _, e in sorted(self._store.entries.items())]
+
+    def decode_errors(self) -> dict[str, CodecError]:
+        """The keys whose value could not be decoded, with why."""
+        return {k: e.error for k, e in self._store.entries.items() if e.error is not None}
+
+    def __len__(self) -> int:
+        return len(self._store.entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._store.entries
+
+    # ---------------------------------------------------------------- indexes
+
+    def add_index(self, name: str, fn: IndexFn[ValueT]) -> None:
+        """Maintain a secondary index: ``fn(key, value)`` gives the indexed value (hashable;
+        ``None``: not indexed). Built over the current entries at once, then kept current.
+        ``fn`` must be pure and fast: it runs for every change.
+
+        Example::
+
+            from etcd_recipes import JSON, PrefixCache
+
+            await client.put(f"{prefix}/n/a", b'{"zone": "eu"}')
+            await client.put(f"{prefix}/n/b", b'{"zone": "us"}')
+            async with PrefixCache(client, f"{prefix}/n/", codec=JSON) as cache:
+                cache.add_index("zone", lambda key, node: node["zone"])
+                assert [k for k, _ in cache.by_index("zone", "eu")] == [f"{prefix}/n/a"]
+        """
+        if not isinstance(name, str) or not name:
+            raise InvalidArgumentError("an index name must be a non-empty str")
+        if not callable(fn):
+            raise InvalidArgumentError("an index function must be callable")
+        if not self._values:
+            raise UsageError(f"{self.exception_context}: values=False: nothing to index")
+        self._store.add_index(name, fn)
+
+    def remove_index(self, name: str) -> None:
+        """Stop maintaining index ``name`` (unknown names are ignored)."""
+        self._store.remove_index(name)
+
+    def by_index(self, name: str, value: Hashable) -> list[tuple[str, ValueT]]:
+        """``(key, value)`` of the entries that index ``name`` maps to ``value``, by key."""
+        if not self._store.has_index(name):
+            raise InvalidArgumentError(f"{self.exception_context}: no index named {name!r}")
+        entries = self._store.entries
+        return [(k, entries[k].value) for k in self._store.lookup(name, value)]  # type: ignore[misc]
+
+    # ---------------------------------------------------------------- events
+
+    def events(self, maxsize: int = DEFAULT_STREAM_BUFFER) -> EventStream[CacheBatch[ValueT]]:
+        """The batches, as an async iterator (bounded by ``maxsize`` batches; see
+        :class:`~etcd_recipes.EventStream`). It starts with an ``INITIAL`` batch: the load's,
+        or -- once loaded -- the content at the current revision; then every later change.
+
+        Example::
+
+            from etcd_recipes import BatchKind, PrefixCache
+
+            cache = PrefixCache(client, f"{prefix}/e/")
+            async with cache.events() as batches:
+                await cache.start()
+                assert (await anext(batches)).kind is BatchKind.INITIAL
+                await client.put(f"{prefix}/e/k", b"v")
+                batch = await anext(batches)
+                assert [event.key for event in batch] == [f"{prefix}/e/k"]
+            await cache.aclose()
+        """
+        return self._batches.stream(maxsize)
+
+    def _current_batch(self) -> CacheBatch[ValueT] | None:
+        """What a reader registered after the load starts with: the content now."""
+        if not self._loaded or self.is_closed:
+            return None  # not loaded yet: the load's INITIAL batch will come
+        return self._store.snapshot_batch(self._revision)
+
+    def add_listener(self, listener: Callable[[CacheBatch[ValueT]], Any]) -> None:
+        """Call ``listener(batch)`` for every batch, in order, from a task of its own (a slow
+        or ``async`` listener delays only itself), starting like :meth:`events` with an
+        ``INITIAL`` batch. A listener that raises is recorded as a background exception and
+        keeps receiving.
+
+        Example::
+
+            from etcd_recipes import PrefixCache
+
+            seen = []
+            cache = PrefixCache(client, f"{prefix}/l/")
+            cache.add_listener(lambda batch: seen.append(batch.kind.value))
+            await cache.start()
+            await cache.aclose()
+            assert seen[:1] == ["INITIAL"]
+        """
+        self._batches.add_listener(listener)
+
+    def remove_listener(self, listener: Callable[[CacheBatch[ValueT]], Any]) -> None:
+        """Stop calling ``listener``."""
+        self._batches.remove_listener(listener)
+
+    def clear_listeners(self) -> None:
+        """Remove every batch listener."""
+        self._batches.clear_listeners()
+
+    # ---------------------------------------------------------------- consistency
+
+    async def wait_synced(self, timeout: float | None = None) -> bool:
+        """Wait until the cache is loaded and live; ``False`` if ``timeout`` passes first.
+
+        Example::
+
+            from etcd_recipes import PrefixCache
+
+            async with PrefixCache(client, f"{prefix}/w/") as cache:
+                assert await cache.wait_synced(timeout=5)
+        """
+        timeout = check_timeout(timeout)
+        self._check_open()
+        with anyio.move_on_after(timeout):
+            while not self._synced:
+                self._check_open()
+                await self._next_change()
+            return True
+        return False
+
+    async def wait_for_revision(self, revision: int, timeout: float | None = 10.0) -> int:
+        """Wait until the cache reflects ``revision`` (every change up to it); returns the
+        cache's revision. Raises :class:`~etcd_recipes.errors.EtcdTimeoutError` after
+        ``timeout`` seconds.
+
+        Asks etcd for watch progress; where no answer comes (``etcd grpc-proxy`` does not
+        forward progress requests), proves with two count-only reads that the range did not
+        change since the cache's revision.
+
+        Example::
+
+            from etcd_recipes import PrefixCache
+
+            async with PrefixCache(client, f"{prefix}/r/") as cache:
+                written = await client.put(f"{prefix}/elsewhere", b"x")  # outside the range
+                assert await cache.wait_for_revision(written.revision) >= written.revision
+        """
+        self._check_started()
+        if isinstance(revision, bool) or not isinstance(revision, int) or revision < 0:
+            raise InvalidArgumentError(f"revision must be an int >= 0, got {revision!r}")
+        timeout = check_timeout(timeout)
+        with anyio.move_on_after(timeout):
+            while self._revision < revision:
+                self._check_started()
+                self._client.request_progress()
+                with anyio.move_on_after(_PROGRESS_WAIT):
+                    while self._revision < revision:
+                        await self._next_change()
+                if self._revision < revision and self._synced:
+                    await self._confirm_unchanged()
+        if self._revision < revision:
+            raise EtcdTimeoutError(
+                f"{self.exception_context}: not at revision {revision} within {timeout}s "
+                f"(at {self._revision}; synced: {self._synced})"
+            )
+        return self._revision
+
+    async def get_consistent(self, key: str, timeout: float | None = 10.0) -> ValueT | None:
+        """``get(key)`` after the cache has caught up with the server's current revision (read
+        with one count-only linearizable range): as fresh as a read from etcd.
+
+        Example::
+
+            from etcd_recipes import PrefixCache
+
+            async with PrefixCache(client, f"{prefix}/c/") as cache:
+                await client.put(f"{prefix}/c/k", b"new")
+                assert await cache.get_consistent(f"{prefix}/c/k") == b"new"
+        """
+        self._check_started()
+        head = await self._client.range(self._key, range_end=self._end, count_only=True)
+        await self.wait_for_revision(head.revision, timeout)
+        return self.get(key)
+
+    async def _confirm_unchanged(self) -> None:
+        """If the range did not change between the cache's revision and now (no key modified
+        after it, and as many keys as the cache counts), the cache is current now."""
+        seen, count = self._revision, self._store.server_count
+        head = await self._client.range(self._key, range_end=self._end, count_only=True)
+        if head.count != count or self._revision != seen:
+            return
+        try:
+            changed = await self._client.range(
+                self._key,
+                range_end=self._end,
+                count_only=True,
+                min_mod_revision=seen + 1,
+                revision=head.revision,
+            )
+        except CompactedError:
+            return
+        if changed.count == 0 and self._revision == seen and self._synced:
+            self._advance(head.revision)
+
+    def _advance(self, revision: int) -> None:
+        if revision > self._revision:
+            self._revision = revision
+            self._wake()
+
+    def _wake(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    async def _next_change(self) -> None:
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        await self._changed.wait()
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def _do_start(self) -> None:
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                revision, kvs, total = await self._snapshot()
+                self._cluster_id = (await self._client.status()).cluster_id
+                break
+            except EtcdRecipeError as exc:
+                elapsed = time.monotonic() - started
+                delay = _START_BACKOFF.next_delay(attempt, elapsed)
+                if delay is None or elapsed + delay > self.start_timeout:
+                    raise EtcdTimeoutError(
+                        f"{self.exception_context}: could not load within "
+                        f"{self.start_timeout}s ({attempt} attempts): {exc}"
+                    ) from exc
+                log.info(
+                    "%s: load failed (%s); retrying in %.2fs", self.exception_context, exc, delay
+                )
+                await asyncio.sleep(delay)
+        batch = self._store.load(revision, kvs, total)
+        self._revision = revision
+        self._synced = self._loaded = True
+        self._batches.publish(batch)
+        self._record_latency("cache.start", started)
+        self._spawn(self._run(), "watch")
+
+    async def _do_close(self) -> None:
+        self._synced = False
+        await self._batches.aclose()
+        self._store.clear()
+        self._wake()
+
+    async def _snapshot(self) -> tuple[int, list[KeyValue], int]:
+        """The range read in pages, all at the first page's revision; restarted at a new
+        revision if that one is compacted mid-load."""
+        keys_only = not self._values
+        while True:
+            first = await self._client.range(
+                self._key, range_end=self._end, limit=self.page_size, keys_only=keys_only
+            )
+            revision, kvs, more = first.revision, list(first.kvs), first.more
+            total = first.count
+            try:
+                while more and kvs:
+                    page = await self._client.range(
+                        kvs[-1].key + b"\x00",
+                        range_end=self._end,
+                        limit=self.page_size,
+                        revision=revision,
+                        keys_only=keys_only,
+                    )
+                    kvs.extend(page.kvs)
+                    more = page.more
+            except CompactedError:
+                log.info(
+                    "%s: revision %d compacted mid-load; reloading",
+                    self.exception_context,
+                    revision,
+                )
+                continue
+            return revision, kvs, total
+
+    # ---------------------------------------------------------------- the watch loop
+
+    async def _run(self) -> None:
+        failures = 0
+        while True:
+            try:
+                if not await self._follow():
+                    return  # the watch ended because the cache closed
+                continue  # resynced after a restore: watch again from the new revision
+            except (EtcdRecipeError, WatchFailedError) as exc:
+                failures += 1
+                self._synced = False
+                self._record_exception(exc, "watch")
+                self._set_state(ConnectionState.SUSPENDED)
+                delay = _RESYNC_BACKOFF.next_delay(failures, 0.0) or 30.0
+                await asyncio.sleep(delay)
+                with contextlib.suppress(EtcdRecipeError):
+                    await self._resync("the watch failed")
+                    failures = 0
+
+    async def _follow(self) -> bool:
+        """Apply the watch's changes; True when it must start over (after a restore)."""
+        watch = self._client.watch(
+            self._key,
+            range_end=self._end,
+            start_revision=self._revision + 1,
+            resync=self._on_compacted,
+        )
+        pending: list[WatchEvent] = []
+        async with watch:
+            async for item in watch.items_and_progress():
+                if isinstance(item, WatchEvent):
+                    if pending and pending[-1].revision != item.revision:
+                        self._apply(pending)
+                        pending = []
+                    pending.append(item)
+                    if watch.buffered == 0:  # a response (whole revisions) is consumed
+                        self._apply(pending)
+                        pending = []
+                    continue
+                if pending:
+                    self._apply(pending)
+                    pending = []
+                if isinstance(item, WatchProgress):
+                    if self._synced:
+                        self._advance(item.revision)
+                    continue
+                self._on_recovery_event(item)
+                if isinstance(item, WatchSuspended):
+                    self._synced = False
+                elif isinstance(item, WatchResubscribed):
+                    if await self._restored():
+                        await self._resync("the server was restored from a backup")
+                        return True
+                    self._synced = True
+                    self._wake()
+        return False
+
+    def _apply(self, events: list[WatchEvent]) -> None:
+        revision = events[-1].revision
+        if revision <= self._revision:
+            log.warning(
+                "%s: dropped a replayed revision %d (at %d)",
+                self.exception_context,
+                revision,
+                self._revision,
+            )
+            return
+        batch = self._store.apply(revision, events)
+        self._revision = revision
+        self._batches.publish(batch)
+        self._wake()
+
+    async def _restored(self) -> bool:
+        """After a reconnect: did the server go back in time (a restore from a backup)?"""
+        status = await self._client.status()
+        head = await self._client.range(self._key, range_end=self._end, count_only=True)
+        changed_cluster = bool(self._cluster_id and status.cluster_id != self._cluster_id)
+        return changed_cluster or head.revision < self._revision
+
+    async def _on_compacted(self) -> int:
+        """The watch's resync hook: history past our revision is gone."""
+        return await self._resync("history was compacted past the cache's revision")
+
+    async def _resync(self, why: str) -> int:
+        now = time.monotonic()
+        if now - self._last_resync > _CALM:
+            self._resync_attempt = 0
+        self._resync_attempt += 1
+        if self._resync_attempt > 1:  # resyncing in a loop: back off (bounded, jittered)
+            delay = _RESYNC_BACKOFF.next_delay(self._resync_attempt - 1, 0.0) or 30.0
+            await asyncio.sleep(delay)
+        log.info("%s: resyncing: %s", self.exception_context, why)
+        self._synced = False
+        self._batches.publish(CacheBatch(BatchKind.RESYNCING, self._revision))
+        revision, kvs, total = await self._snapshot()
+        self._cluster_id = (await self._client.status()).cluster_id
+        batch = self._store.rebuild(revision, kvs, total)
+        if batch.events:
+            self._batches.publish(batch)
+        self._revision = revision  # may be lower than before after a restore: that is the truth
+        self._resyncs += 1
+        self._last_resync = time.monotonic()
+        self._synced = True
+        self._batches.publish(CacheBatch(BatchKind.RESYNCED, revision))
+        self._wake()
+        return revision + 1
+
+    def _decode_failed(self, key: str, error: CodecError) -> None:
+        self._record_exception(error, f"decode {key}")
