@@ -45,7 +45,8 @@ from ._core.rpc import AuthManager, RpcRunner
 from ._core.services import ServiceCalls
 from ._core.txn import AnyOp, Compare
 from ._core.validate import check_ttl
-from ._core.watch import ResyncHook, Watch, WatchHub
+from ._core.watch import ResyncHook, Watch
+from ._core.watch_hub import WatchHub
 from ._core.wire import Wire
 from .codecs import to_bytes
 from .errors import ClientClosedError, EtcdRecipeError, InvalidArgumentError
@@ -311,8 +312,7 @@ class EtcdClient(ServiceCalls):
             assert (await client.range(prefix + "/q/", prefix=True, count_only=True)).count == 2
             early = await client.range(prefix + "/q/", prefix=True, max_create_revision=first)
             assert [kv.value for kv in early] == [b"1"]
-            late = await client.range(prefix + "/q/", prefix=True, min_mod_revision=first + 1)
-            assert [kv.value for kv in late] == [b"2"]
+            assert len(await client.range(prefix + "/q/", prefix=True, min_mod_revision=first)) == 2
         """
         req = self._range_request(
             key,

@@ -31,16 +31,14 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
-import grpc
 from aetcd import rpc as pb
 
 from ..errors import (
     ClientClosedError,
     CompactedError,
     EtcdRecipeError,
-    PermissionDeniedError,
     WatchFailedError,
 )
 from ..events import (
@@ -50,22 +48,21 @@ from ..events import (
     WatchResynced,
     WatchSuspended,
 )
-from ..resilience import RetryPolicy, WatchResilience
-from ..types import EventType, KeyValue, WatchEvent, WatchProgress
+from ..resilience import WatchResilience
+from ..types import WatchEvent, WatchProgress
 from .listeners import ListenerSet
 from .mailbox import Mailbox, Signal
-from .rpc import is_auth_token_error
-from .wire import Wire
 
-__all__ = ["Watch", "WatchHub", "WatchItem"]
+if TYPE_CHECKING:
+    from .watch_hub import WatchHub
+
+__all__ = ["ResyncHook", "Watch", "WatchItem"]
 
 log = logging.getLogger("etcd_recipes.watch")
 
 WatchItem = Union[WatchEvent, WatchRecoveryEvent]
 """What :meth:`Watch.items` yields: data events and recovery events, in order."""
 ResyncHook = Callable[[], Awaitable[int]]
-
-_HUB_BACKOFF = RetryPolicy.exponential_backoff(initial_delay=0.05, max_delay=1.0, jitter=0.2)
 
 
 class _Compacted:
@@ -429,223 +426,3 @@ class Watch:
     _resubscribe_revision = 0
     _synced = False
     _auth_retried = False
-
-
-class WatchHub:
-    """Owns the client's single Watch stream and routes responses to :class:`Watch` objects."""
-
-    def __init__(self, wire: Wire) -> None:
-        self._wire = wire
-        self.metrics = wire.metrics
-        self._watchers: dict[int, Watch] = {}
-        self._next_id = 1
-        self._outbox: asyncio.Queue[Any] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
-        self._stream_up = False
-        self._closed = False
-        self.streams_opened = 0
-        """How many Watch streams this hub has opened (for tests and diagnostics)."""
-
-    @property
-    def watcher_count(self) -> int:
-        """How many watches are registered."""
-        return len(self._watchers)
-
-    def register(self, watch: Watch) -> None:
-        if self._closed:
-            raise ClientClosedError("the client is closed")
-        watch._id = self._next_id
-        self._next_id += 1
-        self._watchers[watch._id] = watch
-        if self._stream_up:
-            self._outbox.put_nowait(watch._create_request())
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(
-                self._supervise(), name="etcd-recipes-watch-stream"
-            )
-
-    def recreate(self, watch: Watch) -> None:
-        """Re-create a watch the server dropped (compaction, server-side cancel) on the live
-        stream. The server may still hold its old id, so it gets a fresh one."""
-        if self._watchers.get(watch._id) is not watch:
-            return
-        old_id = watch._id
-        del self._watchers[old_id]
-        watch._id = self._next_id
-        self._next_id += 1
-        self._watchers[watch._id] = watch
-        if self._stream_up:
-            self._outbox.put_nowait(
-                pb.WatchRequest(cancel_request=pb.WatchCancelRequest(watch_id=old_id))
-            )
-            self._outbox.put_nowait(watch._create_request())
-
-    def unregister(self, watch: Watch) -> None:
-        if self._watchers.pop(watch._id, None) is None:
-            return
-        if self._stream_up and watch._server_active:
-            self._outbox.put_nowait(
-                pb.WatchRequest(cancel_request=pb.WatchCancelRequest(watch_id=watch._id))
-            )
-        watch._server_active = False
-
-    async def aclose(self) -> None:
-        self._closed = True
-        for watch in list(self._watchers.values()):
-            watch._error = ClientClosedError("the client was closed")
-            watch._close_now()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-
-    def request_progress(self) -> None:
-        """Ask the server for a progress notification on every watch of the stream."""
-        if self._stream_up:
-            self._outbox.put_nowait(pb.WatchRequest(progress_request=pb.WatchProgressRequest()))
-
-    # ------------------------------------------------------------------ the stream
-
-    async def _supervise(self) -> None:
-        attempt = 0
-        failed_since = 0.0
-        while not self._closed:
-            if not self._watchers:
-                # Idle: keep no stream open; a new watch restarts the supervisor.
-                return
-            call = None
-            writer: asyncio.Task[None] | None = None
-            cause: BaseException | None = None
-            try:
-                stub = pb.WatchStub(self._wire.channel())
-                call = stub.Watch(metadata=self._wire.metadata())
-                self.streams_opened += 1
-                while not self._outbox.empty():
-                    self._outbox.get_nowait()
-                for watch in list(self._watchers.values()):
-                    self._outbox.put_nowait(watch._create_request())
-                self._stream_up = True
-                writer = asyncio.get_running_loop().create_task(self._write_loop(call))
-                got_any = False
-                while True:
-                    msg = await call.read()
-                    if msg is grpc.aio.EOF:
-                        raise EtcdRecipeError("the watch stream ended")
-                    if not got_any:
-                        got_any = True
-                        attempt = 0
-                    self._dispatch(msg)
-                    if not self._watchers:
-                        break
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # stream failure: every watcher suspends and retries
-                cause = exc
-            finally:
-                self._stream_up = False
-                if writer is not None:
-                    writer.cancel()
-                if call is not None:
-                    call.cancel()
-            if cause is None:
-                continue
-            mapped: BaseException = cause
-            if isinstance(cause, grpc.aio.AioRpcError):
-                if is_auth_token_error(cause) and self._wire.auth is not None:
-                    with contextlib.suppress(Exception):
-                        await self._wire.refresh_auth()
-                mapped = self._wire.error(cause, op="watch")
-            log.debug("watch stream failed: %r", mapped)
-            for watch in list(self._watchers.values()):
-                watch._on_failure(mapped)
-            if attempt == 0:
-                failed_since = time.monotonic()
-            attempt += 1
-            delay = _HUB_BACKOFF.next_delay(attempt, time.monotonic() - failed_since) or 1.0
-            await asyncio.sleep(delay)
-
-    async def _write_loop(self, call: Any) -> None:
-        while True:
-            request = await self._outbox.get()
-            await call.write(request)
-
-    def _dispatch(self, msg: Any) -> None:
-        revision = int(msg.header.revision)
-        wid = int(msg.watch_id)
-        if wid == -1 and (msg.created or msg.canceled):
-            log.warning("the server refused a watch request: %s", msg.cancel_reason)
-            return
-        if wid == -1:
-            # A reply to a stream-wide progress request. etcd 3.5.1 answers it with the head
-            # revision even while some watches are still replaying history, so it advances
-            # only watches known to be caught up (see Watch._on_stream_progress).
-            for watch in self._watchers.values():
-                watch._on_stream_progress(revision)
-            return
-        target = self._watchers.get(wid)
-        if target is None:
-            return
-        watch = target
-        if msg.created and not msg.canceled:
-            watch._on_created(revision)
-        if msg.canceled:
-            watch._server_active = False
-            if msg.compact_revision > 0:
-                watch._on_compacted(int(msg.compact_revision))
-                return
-            reason = str(msg.cancel_reason)
-            self._on_server_cancel(watch, reason)
-            return
-        if msg.events:
-            events = [self._convert(ev) for ev in msg.events]
-            watch._on_events(events, revision)
-        elif not msg.created:
-            watch._on_progress(revision)
-
-    def _on_server_cancel(self, watch: Watch, reason: str) -> None:
-        low = reason.lower()
-        stale_token = "auth" in low or "token" in low
-        if "permission denied" in low and self._wire.auth is not None:
-            # etcd reports an expired stream token as "permission denied" too: refresh the
-            # token once; only a denial with a fresh token is final.
-            stale_token = not watch._auth_retried
-            watch._auth_retried = True
-        if "permission denied" in low and not stale_token:
-            watch._error = PermissionDeniedError(f"watch on {watch.key!r}: permission denied")
-            watch._close_now()
-            return
-        cause = EtcdRecipeError(f"the server cancelled the watch: {reason or 'no reason given'}")
-        if not watch._on_failure(cause):
-            return
-        delay = watch._resilience.retry_policy.next_delay(max(watch._attempt, 1), 0.0) or 0.05
-        if stale_token:
-            # The stream's token is stale: refresh it and rebuild the whole stream.
-            asyncio.get_running_loop().create_task(self._refresh_and_restart())
-            return
-        asyncio.get_running_loop().call_later(delay, self.recreate, watch)
-
-    async def _refresh_and_restart(self) -> None:
-        if self._wire.auth is not None:
-            with contextlib.suppress(Exception):
-                await self._wire.refresh_auth()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-        if self._watchers and not self._closed:
-            self._task = asyncio.get_running_loop().create_task(self._supervise())
-
-    def _convert(self, ev: Any) -> WatchEvent:
-        strip = self._wire.strip
-        kv = _kv(ev.kv, strip)
-        prev = _kv(ev.prev_kv, strip) if ev.HasField("prev_kv") else None
-        etype = EventType.DELETE if ev.type == pb.Event.DELETE else EventType.PUT
-        return WatchEvent(etype, kv, prev)
-
-
-def _kv(pb_kv: Any, strip: Callable[[bytes], bytes]) -> KeyValue:
-    kv = KeyValue._from_pb(pb_kv)
-    stripped = strip(kv.key)
-    if stripped is kv.key:
-        return kv
-    return KeyValue(stripped, kv.value, kv.create_revision, kv.mod_revision, kv.version, kv.lease)

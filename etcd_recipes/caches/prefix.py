@@ -48,10 +48,10 @@ from .._core.keys import prefix_range_end
 from .._core.recipe import Recipe
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.validate import check_count, check_timeout
+from .._core.watch import Watch
 from ..codecs import Codec, ValueT, as_codec
 from ..errors import (
     CodecError,
-    CompactedError,
     EtcdRecipeError,
     EtcdTimeoutError,
     InvalidArgumentError,
@@ -61,6 +61,7 @@ from ..errors import (
 from ..events import ConnectionState, WatchResubscribed, WatchSuspended
 from ..resilience import RetryPolicy
 from ..types import KeyValue, WatchEvent, WatchProgress
+from ._reads import read_range, restored, unchanged_since
 from ._store import Store
 from .events import BatchKind, CacheBatch, CacheEntry, IndexFn, KeyFilter, Transform
 
@@ -327,12 +328,10 @@ class PrefixCache(Recipe, Generic[ValueT]):
 
             from etcd_recipes import PrefixCache
 
-            seen = []
             cache = PrefixCache(client, f"{prefix}/l/")
-            cache.add_listener(lambda batch: seen.append(batch.kind.value))
-            await cache.start()
+            cache.add_listener(lambda batch: print(batch.kind.value, len(batch)))
+            await cache.start()  # the listener prints "INITIAL 0", then a line per change
             await cache.aclose()
-            assert seen[:1] == ["INITIAL"]
         """
         self._batches.add_listener(listener)
 
@@ -420,24 +419,10 @@ class PrefixCache(Recipe, Generic[ValueT]):
         return self.get(key)
 
     async def _confirm_unchanged(self) -> None:
-        """If the range did not change between the cache's revision and now (no key modified
-        after it, and as many keys as the cache counts), the cache is current now."""
         seen, count = self._revision, self._store.server_count
-        head = await self._client.range(self._key, range_end=self._end, count_only=True)
-        if head.count != count or self._revision != seen:
-            return
-        try:
-            changed = await self._client.range(
-                self._key,
-                range_end=self._end,
-                count_only=True,
-                min_mod_revision=seen + 1,
-                revision=head.revision,
-            )
-        except CompactedError:
-            return
-        if changed.count == 0 and self._revision == seen and self._synced:
-            self._advance(head.revision)
+        head = await unchanged_since(self._client, self._key, self._end, seen, count)
+        if head is not None and self._revision == seen and self._synced:
+            self._advance(head)
 
     def _advance(self, revision: int) -> None:
         if revision > self._revision:
@@ -477,12 +462,13 @@ class PrefixCache(Recipe, Generic[ValueT]):
                     "%s: load failed (%s); retrying in %.2fs", self.exception_context, exc, delay
                 )
                 await asyncio.sleep(delay)
+        watch = await self._watch(revision).start()  # live before start() returns
         batch = self._store.load(revision, kvs, total)
         self._revision = revision
         self._synced = self._loaded = True
         self._batches.publish(batch)
         self._record_latency("cache.start", started)
-        self._spawn(self._run(), "watch")
+        self._spawn(self._run(watch), "watch")
 
     async def _do_close(self) -> None:
         self._synced = False
@@ -491,45 +477,28 @@ class PrefixCache(Recipe, Generic[ValueT]):
         self._wake()
 
     async def _snapshot(self) -> tuple[int, list[KeyValue], int]:
-        """The range read in pages, all at the first page's revision; restarted at a new
-        revision if that one is compacted mid-load."""
-        keys_only = not self._values
-        while True:
-            first = await self._client.range(
-                self._key, range_end=self._end, limit=self.page_size, keys_only=keys_only
-            )
-            revision, kvs, more = first.revision, list(first.kvs), first.more
-            total = first.count
-            try:
-                while more and kvs:
-                    page = await self._client.range(
-                        kvs[-1].key + b"\x00",
-                        range_end=self._end,
-                        limit=self.page_size,
-                        revision=revision,
-                        keys_only=keys_only,
-                    )
-                    kvs.extend(page.kvs)
-                    more = page.more
-            except CompactedError:
-                log.info(
-                    "%s: revision %d compacted mid-load; reloading",
-                    self.exception_context,
-                    revision,
-                )
-                continue
-            return revision, kvs, total
+        return await read_range(
+            self._client, self._key, self._end, self.page_size, keys_only=not self._values
+        )
 
     # ---------------------------------------------------------------- the watch loop
 
-    async def _run(self) -> None:
+    def _watch(self, revision: int) -> Watch:
+        return self._client.watch(
+            self._key, range_end=self._end, start_revision=revision + 1, resync=self._on_compacted
+        )
+
+    async def _run(self, first: Watch) -> None:
         failures = 0
+        watch: Watch | None = first
         while True:
             try:
-                if not await self._follow():
+                if not await self._follow(watch or self._watch(self._revision)):
                     return  # the watch ended because the cache closed
-                continue  # resynced after a restore: watch again from the new revision
+                watch = None  # resynced after a restore: watch again from the new revision
+                continue
             except (EtcdRecipeError, WatchFailedError) as exc:
+                watch = None
                 failures += 1
                 self._synced = False
                 self._record_exception(exc, "watch")
@@ -540,14 +509,8 @@ class PrefixCache(Recipe, Generic[ValueT]):
                     await self._resync("the watch failed")
                     failures = 0
 
-    async def _follow(self) -> bool:
+    async def _follow(self, watch: Watch) -> bool:
         """Apply the watch's changes; True when it must start over (after a restore)."""
-        watch = self._client.watch(
-            self._key,
-            range_end=self._end,
-            start_revision=self._revision + 1,
-            resync=self._on_compacted,
-        )
         pending: list[WatchEvent] = []
         async with watch:
             async for item in watch.items_and_progress():
@@ -594,11 +557,7 @@ class PrefixCache(Recipe, Generic[ValueT]):
         self._wake()
 
     async def _restored(self) -> bool:
-        """After a reconnect: did the server go back in time (a restore from a backup)?"""
-        status = await self._client.status()
-        head = await self._client.range(self._key, range_end=self._end, count_only=True)
-        changed_cluster = bool(self._cluster_id and status.cluster_id != self._cluster_id)
-        return changed_cluster or head.revision < self._revision
+        return await restored(self._client, self._key, self._end, self._revision, self._cluster_id)
 
     async def _on_compacted(self) -> int:
         """The watch's resync hook: history past our revision is gone."""

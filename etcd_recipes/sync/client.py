@@ -176,8 +176,7 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
             assert (client.range(prefix + "/q/", prefix=True, count_only=True)).count == 2
             early = client.range(prefix + "/q/", prefix=True, max_create_revision=first)
             assert [kv.value for kv in early] == [b"1"]
-            late = client.range(prefix + "/q/", prefix=True, min_mod_revision=first + 1)
-            assert [kv.value for kv in late] == [b"2"]
+            assert len(client.range(prefix + "/q/", prefix=True, min_mod_revision=first)) == 2
         """
         return self._rt.call(
             self._a.range,

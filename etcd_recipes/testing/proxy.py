@@ -297,6 +297,27 @@ class TcpProxy:
         """
         self._call(self._reset_all)
 
+    def retarget(self, endpoint: str) -> None:
+        """Forward new connections to ``endpoint`` (``host:port`` or a URL) and reset the open
+        ones: the clients reconnect to another server behind the same address -- what a
+        restore from a backup, or a new cluster, looks like to them.
+
+        Example::
+
+            from etcd_recipes.testing import TcpProxy
+
+            with TcpProxy.for_endpoint(endpoints) as proxy:
+                proxy.retarget(endpoints)  # the same server again, after a reset
+                assert endpoints.split("://")[-1] in repr(proxy)
+        """
+        hostport = endpoint.split("://", 1)[-1].rstrip("/")
+        host, sep, port = hostport.rpartition(":")
+        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidArgumentError(f"not a host:port endpoint: {endpoint!r}")
+        with self._lock:
+            self._target = (host, int(port))
+        self.cut()
+
     def blackhole(self) -> None:
         """Silently drop all bytes in both directions, keeping connections open.
 
