@@ -39,7 +39,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic
 
 import anyio
@@ -55,7 +55,6 @@ from ..errors import (
     EtcdRecipeError,
     EtcdTimeoutError,
     InvalidArgumentError,
-    UsageError,
     WatchFailedError,
 )
 from ..events import ConnectionState, WatchResubscribed, WatchSuspended
@@ -63,7 +62,8 @@ from ..resilience import RetryPolicy
 from ..types import KeyValue, WatchEvent, WatchProgress
 from ._reads import read_range, restored, unchanged_since
 from ._store import Store
-from .events import BatchKind, CacheBatch, CacheEntry, IndexFn, KeyFilter, Transform
+from ._view import _CacheReads
+from .events import BatchKind, CacheBatch, KeyFilter, Transform
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
@@ -84,7 +84,7 @@ def _seconds(value: Any, what: str) -> float:
     return checked
 
 
-class PrefixCache(Recipe, Generic[ValueT]):
+class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
     """A local copy of every key under ``prefix`` (or of one key, ``single_key=True``),
     kept current by a watch.
 
@@ -152,6 +152,7 @@ class PrefixCache(Recipe, Generic[ValueT]):
         self._resyncs = 0
         self._last_resync = 0.0
         self._resync_attempt = 0
+        self._resyncing = False
 
     # ---------------------------------------------------------------- identity
 
@@ -176,119 +177,6 @@ class PrefixCache(Recipe, Generic[ValueT]):
     def resync_count(self) -> int:
         """How many times the cache re-read the range since it started."""
         return self._resyncs
-
-    # ---------------------------------------------------------------- reads (no I/O)
-
-    def get(self, key: str, default: ValueT | None = None) -> ValueT | None:
-        """The cached value of ``key`` (``default`` if absent). No I/O.
-
-        Raises the entry's :class:`~etcd_recipes.errors.CodecError` if its value could not
-        be decoded, and :class:`~etcd_recipes.errors.UsageError` with ``values=False``.
-
-        Example::
-
-            from etcd_recipes import JSON, PrefixCache
-
-            await client.put(f"{prefix}/svc/a", b'{"port": 80}')
-            async with PrefixCache(client, f"{prefix}/svc/", codec=JSON) as cache:
-                assert cache.get(f"{prefix}/svc/a") == {"port": 80}
-                assert cache.get(f"{prefix}/svc/none", {}) == {}
-        """
-        if not self._values:
-            raise UsageError(f"{self.exception_context}: values=False keeps no values")
-        entry = self._store.entries.get(key)
-        if entry is None:
-            return default
-        if entry.error is not None:
-            raise entry.error
-        return entry.value
-
-    def entry(self, key: str) -> CacheEntry[ValueT] | None:
-        """The cached entry of ``key`` (value, revisions, decode error), or ``None``. No I/O.
-
-        Example::
-
-            from etcd_recipes import PrefixCache
-
-            await client.put(f"{prefix}/m/a", b"1")
-            async with PrefixCache(client, f"{prefix}/m/", values=False) as cache:
-                entry = cache.entry(f"{prefix}/m/a")
-                assert entry is not None and entry.value is None and entry.version == 1
-        """
-        return self._store.entries.get(key)
-
-    def keys(self) -> list[str]:
-        """The cached keys, sorted. No I/O."""
-        return sorted(self._store.entries)
-
-    def items(self) -> list[tuple[str, ValueT]]:
-        """``(key, value)`` of every entry whose value decoded, sorted by key. No I/O.
-
-        Example::
-
-            from etcd_recipes import UTF8, PrefixCache
-
-            await client.put(f"{prefix}/i/b", "2")
-            await client.put(f"{prefix}/i/a", "1")
-            async with PrefixCache(client, f"{prefix}/i/", codec=UTF8) as cache:
-                assert cache.items() == [(f"{prefix}/i/a", "1"), (f"{prefix}/i/b", "2")]
-        """
-        entries = self._store.entries
-        return [
-            (k, e.value)
-            for k, e in sorted(entries.items())
-            if e.error is None and e.value is not None
-        ]
-
-    def entries(self) -> list[CacheEntry[ValueT]]:
-        """Every entry, sorted by key (decode failures included, with ``error`` set)."""
-        return [e for _, e in sorted(self._store.entries.items())]
-
-    def decode_errors(self) -> dict[str, CodecError]:
-        """The keys whose value could not be decoded, with why."""
-        return {k: e.error for k, e in self._store.entries.items() if e.error is not None}
-
-    def __len__(self) -> int:
-        return len(self._store.entries)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._store.entries
-
-    # ---------------------------------------------------------------- indexes
-
-    def add_index(self, name: str, fn: IndexFn[ValueT]) -> None:
-        """Maintain a secondary index: ``fn(key, value)`` gives the indexed value (hashable;
-        ``None``: not indexed). Built over the current entries at once, then kept current.
-        ``fn`` must be pure and fast: it runs for every change.
-
-        Example::
-
-            from etcd_recipes import JSON, PrefixCache
-
-            await client.put(f"{prefix}/n/a", b'{"zone": "eu"}')
-            await client.put(f"{prefix}/n/b", b'{"zone": "us"}')
-            async with PrefixCache(client, f"{prefix}/n/", codec=JSON) as cache:
-                cache.add_index("zone", lambda key, node: node["zone"])
-                assert [k for k, _ in cache.by_index("zone", "eu")] == [f"{prefix}/n/a"]
-        """
-        if not isinstance(name, str) or not name:
-            raise InvalidArgumentError("an index name must be a non-empty str")
-        if not callable(fn):
-            raise InvalidArgumentError("an index function must be callable")
-        if not self._values:
-            raise UsageError(f"{self.exception_context}: values=False: nothing to index")
-        self._store.add_index(name, fn)
-
-    def remove_index(self, name: str) -> None:
-        """Stop maintaining index ``name`` (unknown names are ignored)."""
-        self._store.remove_index(name)
-
-    def by_index(self, name: str, value: Hashable) -> list[tuple[str, ValueT]]:
-        """``(key, value)`` of the entries that index ``name`` maps to ``value``, by key."""
-        if not self._store.has_index(name):
-            raise InvalidArgumentError(f"{self.exception_context}: no index named {name!r}")
-        entries = self._store.entries
-        return [(k, entries[k].value) for k in self._store.lookup(name, value)]  # type: ignore[misc]
 
     # ---------------------------------------------------------------- events
 
@@ -563,29 +451,53 @@ class PrefixCache(Recipe, Generic[ValueT]):
         """The watch's resync hook: history past our revision is gone."""
         return await self._resync("history was compacted past the cache's revision")
 
-    async def _resync(self, why: str) -> int:
+    async def rebuild(self) -> int:
+        """Re-read the whole range now and report the difference (as after a compaction:
+        ``RESYNCING``, a ``RESYNC`` batch of synthetic events if anything differs,
+        ``RESYNCED``); returns the revision read. Rarely needed: the cache resyncs by itself.
+
+        Example::
+
+            from etcd_recipes import PrefixCache
+
+            async with PrefixCache(client, f"{prefix}/rb/") as cache:
+                revision = await cache.rebuild()
+                assert cache.revision >= revision and cache.resync_count == 1
+        """
+        self._check_started()
+        return await self._resync("rebuild() was called", backoff=False, catch_up=True)
+
+    async def _resync(self, why: str, *, backoff: bool = True, catch_up: bool = False) -> int:
+        """Re-read the range and apply the difference. ``catch_up``: the watch runs meanwhile,
+        so read again until the read is not older than the cache (its later events are
+        dropped as replays, the earlier ones were applied) -- never move the cache back."""
         now = time.monotonic()
         if now - self._last_resync > _CALM:
             self._resync_attempt = 0
         self._resync_attempt += 1
-        if self._resync_attempt > 1:  # resyncing in a loop: back off (bounded, jittered)
+        if backoff and self._resync_attempt > 1:  # resyncing in a loop: back off (jittered)
             delay = _RESYNC_BACKOFF.next_delay(self._resync_attempt - 1, 0.0) or 30.0
             await asyncio.sleep(delay)
         log.info("%s: resyncing: %s", self.exception_context, why)
         self._synced = False
-        self._batches.publish(CacheBatch(BatchKind.RESYNCING, self._revision))
-        revision, kvs, total = await self._snapshot()
+        if not self._resyncing:  # one marker per episode, however many attempts it takes
+            self._resyncing = True
+            self._batches.publish(CacheBatch(BatchKind.RESYNCING, self._revision))
         self._cluster_id = (await self._client.status()).cluster_id
+        while True:
+            revision, kvs, total = await self._snapshot()
+            if not catch_up or revision >= self._revision:
+                break  # and no await from here on: the watch cannot apply anything in between
         batch = self._store.rebuild(revision, kvs, total)
         if batch.events:
             self._batches.publish(batch)
         self._revision = revision  # may be lower than before after a restore: that is the truth
         self._resyncs += 1
         self._last_resync = time.monotonic()
-        self._synced = True
+        self._synced, self._resyncing = True, False
         self._batches.publish(CacheBatch(BatchKind.RESYNCED, revision))
         self._wake()
-        return revision + 1
+        return revision + 1 if not catch_up else revision
 
     def _decode_failed(self, key: str, error: CodecError) -> None:
         self._record_exception(error, f"decode {key}")

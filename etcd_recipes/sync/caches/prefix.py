@@ -91,94 +91,6 @@ class PrefixCache(Recipe, Generic[ValueT], twin_of=_async.PrefixCache):
         """How many times the cache re-read the range since it started."""
         return self._rt.call_sync(lambda: self._a.resync_count)
 
-    def get(self, key: str, default: ValueT | None = None) -> ValueT | None:
-        """The cached value of ``key`` (``default`` if absent). No I/O.
-
-        Raises the entry's :class:`~etcd_recipes.errors.CodecError` if its value could not
-        be decoded, and :class:`~etcd_recipes.errors.UsageError` with ``values=False``.
-
-        Example::
-
-            from etcd_recipes.sync import JSON, PrefixCache
-
-            client.put(f"{prefix}/svc/a", b'{"port": 80}')
-            with PrefixCache(client, f"{prefix}/svc/", codec=JSON) as cache:
-                assert cache.get(f"{prefix}/svc/a") == {"port": 80}
-                assert cache.get(f"{prefix}/svc/none", {}) == {}
-        """
-        return self._rt.call_sync(self._a.get, key, default)
-
-    def entry(self, key: str) -> CacheEntry[ValueT] | None:
-        """The cached entry of ``key`` (value, revisions, decode error), or ``None``. No I/O.
-
-        Example::
-
-            from etcd_recipes.sync import PrefixCache
-
-            client.put(f"{prefix}/m/a", b"1")
-            with PrefixCache(client, f"{prefix}/m/", values=False) as cache:
-                entry = cache.entry(f"{prefix}/m/a")
-                assert entry is not None and entry.value is None and entry.version == 1
-        """
-        return self._rt.call_sync(self._a.entry, key)
-
-    def keys(self) -> list[str]:
-        """The cached keys, sorted. No I/O."""
-        return self._rt.call_sync(self._a.keys)
-
-    def items(self) -> list[tuple[str, ValueT]]:
-        """``(key, value)`` of every entry whose value decoded, sorted by key. No I/O.
-
-        Example::
-
-            from etcd_recipes.sync import UTF8, PrefixCache
-
-            client.put(f"{prefix}/i/b", "2")
-            client.put(f"{prefix}/i/a", "1")
-            with PrefixCache(client, f"{prefix}/i/", codec=UTF8) as cache:
-                assert cache.items() == [(f"{prefix}/i/a", "1"), (f"{prefix}/i/b", "2")]
-        """
-        return self._rt.call_sync(self._a.items)
-
-    def entries(self) -> list[CacheEntry[ValueT]]:
-        """Every entry, sorted by key (decode failures included, with ``error`` set)."""
-        return self._rt.call_sync(self._a.entries)
-
-    def decode_errors(self) -> dict[str, CodecError]:
-        """The keys whose value could not be decoded, with why."""
-        return self._rt.call_sync(self._a.decode_errors)
-
-    def __len__(self) -> int:
-        return self._rt.call_sync(self._a.__len__)
-
-    def __contains__(self, key: object) -> bool:
-        return self._rt.call_sync(self._a.__contains__, key)
-
-    def add_index(self, name: str, fn: IndexFn[ValueT]) -> None:
-        """Maintain a secondary index: ``fn(key, value)`` gives the indexed value (hashable;
-        ``None``: not indexed). Built over the current entries at once, then kept current.
-        ``fn`` must be pure and fast: it runs for every change.
-
-        Example::
-
-            from etcd_recipes.sync import JSON, PrefixCache
-
-            client.put(f"{prefix}/n/a", b'{"zone": "eu"}')
-            client.put(f"{prefix}/n/b", b'{"zone": "us"}')
-            with PrefixCache(client, f"{prefix}/n/", codec=JSON) as cache:
-                cache.add_index("zone", lambda key, node: node["zone"])
-                assert [k for k, _ in cache.by_index("zone", "eu")] == [f"{prefix}/n/a"]
-        """
-        self._rt.call_sync(self._a.add_index, name, fn)
-
-    def remove_index(self, name: str) -> None:
-        """Stop maintaining index ``name`` (unknown names are ignored)."""
-        self._rt.call_sync(self._a.remove_index, name)
-
-    def by_index(self, name: str, value: Hashable) -> list[tuple[str, ValueT]]:
-        """``(key, value)`` of the entries that index ``name`` maps to ``value``, by key."""
-        return self._rt.call_sync(self._a.by_index, name, value)
-
     def events(self, maxsize: int = DEFAULT_STREAM_BUFFER) -> EventStream[CacheBatch[ValueT]]:
         """The batches, as an async iterator (bounded by ``maxsize`` batches; see
         :class:`~etcd_recipes.EventStream`). It starts with an ``INITIAL`` batch: the load's,
@@ -271,6 +183,21 @@ class PrefixCache(Recipe, Generic[ValueT], twin_of=_async.PrefixCache):
         """
         return self._rt.call(self._a.get_consistent, key, timeout)
 
+    def rebuild(self) -> int:
+        """Re-read the whole range now and report the difference (as after a compaction:
+        ``RESYNCING``, a ``RESYNC`` batch of synthetic events if anything differs,
+        ``RESYNCED``); returns the revision read. Rarely needed: the cache resyncs by itself.
+
+        Example::
+
+            from etcd_recipes.sync import PrefixCache
+
+            with PrefixCache(client, f"{prefix}/rb/") as cache:
+                revision = cache.rebuild()
+                assert cache.revision >= revision and cache.resync_count == 1
+        """
+        return self._rt.call(self._a.rebuild)
+
     @property
     def single_key(self) -> bool:
         """Whether the cache holds the one key ``path`` rather than a prefix."""
@@ -285,3 +212,91 @@ class PrefixCache(Recipe, Generic[ValueT], twin_of=_async.PrefixCache):
     def start_timeout(self) -> float:
         """Seconds ``start()`` keeps trying before it raises."""
         return self._rt.call_sync(lambda: self._a.start_timeout)
+
+    def get(self, key: str, default: ValueT | None = None) -> ValueT | None:
+        """The cached value of ``key`` (``default`` if absent). No I/O.
+
+        Raises the entry's :class:`~etcd_recipes.errors.CodecError` if its value could not
+        be decoded, and :class:`~etcd_recipes.errors.UsageError` with ``values=False``.
+
+        Example::
+
+            from etcd_recipes.sync import JSON, PrefixCache
+
+            client.put(f"{prefix}/svc/a", b'{"port": 80}')
+            with PrefixCache(client, f"{prefix}/svc/", codec=JSON) as cache:
+                assert cache.get(f"{prefix}/svc/a") == {"port": 80}
+                assert cache.get(f"{prefix}/svc/none", {}) == {}
+        """
+        return self._rt.call_sync(self._a.get, key, default)
+
+    def entry(self, key: str) -> CacheEntry[ValueT] | None:
+        """The cached entry of ``key`` (value, revisions, decode error), or ``None``. No I/O.
+
+        Example::
+
+            from etcd_recipes.sync import PrefixCache
+
+            client.put(f"{prefix}/m/a", b"1")
+            with PrefixCache(client, f"{prefix}/m/", values=False) as cache:
+                entry = cache.entry(f"{prefix}/m/a")
+                assert entry is not None and entry.value is None and entry.version == 1
+        """
+        return self._rt.call_sync(self._a.entry, key)
+
+    def keys(self) -> list[str]:
+        """The cached keys, sorted. No I/O."""
+        return self._rt.call_sync(self._a.keys)
+
+    def items(self) -> list[tuple[str, ValueT]]:
+        """``(key, value)`` of every entry whose value decoded, sorted by key. No I/O.
+
+        Example::
+
+            from etcd_recipes.sync import UTF8, PrefixCache
+
+            client.put(f"{prefix}/i/b", "2")
+            client.put(f"{prefix}/i/a", "1")
+            with PrefixCache(client, f"{prefix}/i/", codec=UTF8) as cache:
+                assert cache.items() == [(f"{prefix}/i/a", "1"), (f"{prefix}/i/b", "2")]
+        """
+        return self._rt.call_sync(self._a.items)
+
+    def entries(self) -> list[CacheEntry[ValueT]]:
+        """Every entry, sorted by key (decode failures included, with ``error`` set)."""
+        return self._rt.call_sync(self._a.entries)
+
+    def decode_errors(self) -> dict[str, CodecError]:
+        """The keys whose value could not be decoded, with why."""
+        return self._rt.call_sync(self._a.decode_errors)
+
+    def __len__(self) -> int:
+        return self._rt.call_sync(self._a.__len__)
+
+    def __contains__(self, key: object) -> bool:
+        return self._rt.call_sync(self._a.__contains__, key)
+
+    def add_index(self, name: str, fn: IndexFn[ValueT]) -> None:
+        """Maintain a secondary index: ``fn(key, value)`` gives the indexed value (hashable;
+        ``None``: not indexed). Built over the current entries at once, then kept current.
+        ``fn`` must be pure and fast: it runs for every change.
+
+        Example::
+
+            from etcd_recipes.sync import JSON, PrefixCache
+
+            client.put(f"{prefix}/n/a", b'{"zone": "eu"}')
+            client.put(f"{prefix}/n/b", b'{"zone": "us"}')
+            with PrefixCache(client, f"{prefix}/n/", codec=JSON) as cache:
+                cache.add_index("zone", lambda key, node: node["zone"])
+                assert [k for k, _ in cache.by_index("zone", "eu")] == [f"{prefix}/n/a"]
+        """
+        self._rt.call_sync(self._a.add_index, name, fn)
+
+    def remove_index(self, name: str) -> None:
+        """Stop maintaining index ``name`` (unknown names are ignored)."""
+        self._rt.call_sync(self._a.remove_index, name)
+
+    def by_index(self, name: str, value: Hashable) -> list[tuple[str, ValueT]]:
+        """``(key, value)`` of the entries that index ``name`` maps to ``value``, by key."""
+        return self._rt.call_sync(self._a.by_index, name, value)
