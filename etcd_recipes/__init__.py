@@ -53,7 +53,15 @@ from ._core.watch import Watch, WatchItem
 from .barriers.barrier import DistributedBarrier
 from .barriers.counted import DistributedBarrierWithCount
 from .barriers.double import DistributedDoubleBarrier
+from .caches.children import (
+    ChildData,
+    PathChildrenCache,
+    PathChildrenCacheEvent,
+    PathChildrenCacheEventType,
+    StartMode,
+)
 from .caches.events import BatchKind, CacheBatch, CacheEntry, CacheEvent, CacheEventType
+from .caches.node import NodeCache, NodeCacheEvent, NodeCacheEventType
 from .caches.prefix import PrefixCache
 from .client import EtcdClient, connect
 from .codecs import (
@@ -209,6 +217,7 @@ __all__ = [
     "CacheEntry",
     "CacheEvent",
     "CacheEventType",
+    "ChildData",
     "ClaimLostError",
     "ClientClosedError",
     "Cmp",
@@ -282,10 +291,16 @@ __all__ = [
     "LostError",
     "Member",
     "Never",
+    "NodeCache",
+    "NodeCacheEvent",
+    "NodeCacheEventType",
     "NotLeaderError",
     "NotStartedError",
     "Op",
     "Participant",
+    "PathChildrenCache",
+    "PathChildrenCacheEvent",
+    "PathChildrenCacheEventType",
     "PermissionDeniedError",
     "PermitLostError",
     "PrefixCache",
@@ -305,6 +320,7 @@ __all__ = [
     "SemaphorePermitMismatchError",
     "SortOrder",
     "SortTarget",
+    "StartMode",
     "Status",
     "StrCodec",
     "TlsHandshakeError",

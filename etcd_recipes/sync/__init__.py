@@ -57,7 +57,14 @@ from etcd_recipes._core.txn import (
     TxnOp,
 )
 from etcd_recipes._core.watch import WatchItem
+from etcd_recipes.caches.children import (
+    ChildData,
+    PathChildrenCacheEvent,
+    PathChildrenCacheEventType,
+    StartMode,
+)
 from etcd_recipes.caches.events import BatchKind, CacheBatch, CacheEntry, CacheEvent, CacheEventType
+from etcd_recipes.caches.node import NodeCacheEvent, NodeCacheEventType
 from etcd_recipes.codecs import (
     BYTES,
     INT32,
@@ -159,6 +166,8 @@ from etcd_recipes.sync._runtime import fail_after
 from etcd_recipes.sync.barriers.barrier import DistributedBarrier
 from etcd_recipes.sync.barriers.counted import DistributedBarrierWithCount
 from etcd_recipes.sync.barriers.double import DistributedDoubleBarrier
+from etcd_recipes.sync.caches.children import PathChildrenCache
+from etcd_recipes.sync.caches.node import NodeCache
 from etcd_recipes.sync.caches.prefix import PrefixCache
 from etcd_recipes.sync.client import EtcdClient, connect
 from etcd_recipes.sync.counter import DistributedAtomicLong
@@ -214,6 +223,7 @@ __all__ = [
     "CacheEntry",
     "CacheEvent",
     "CacheEventType",
+    "ChildData",
     "ClaimLostError",
     "ClientClosedError",
     "Cmp",
@@ -292,10 +302,16 @@ __all__ = [
     "Member",
     "NOOP_METRICS",
     "Never",
+    "NodeCache",
+    "NodeCacheEvent",
+    "NodeCacheEventType",
     "NotLeaderError",
     "NotStartedError",
     "Op",
     "Participant",
+    "PathChildrenCache",
+    "PathChildrenCacheEvent",
+    "PathChildrenCacheEventType",
     "PermissionDeniedError",
     "PermitLostError",
     "PrefixCache",
@@ -315,6 +331,7 @@ __all__ = [
     "SemaphorePermitMismatchError",
     "SortOrder",
     "SortTarget",
+    "StartMode",
     "Status",
     "StrCodec",
     "TlsHandshakeError",
