@@ -111,7 +111,7 @@ class Watch:
         self._no_delete = no_delete
         self._resync = resync
         self._resilience = resilience
-        self._id = 0
+        self._id: int | None = None  # the server's id for it on the current stream
         self._queue: Mailbox[_QueueItem] = Mailbox()
         self._buffer: deque[WatchItem | WatchProgress] = deque()
         self._created = False
@@ -338,7 +338,7 @@ class Watch:
             progress_notify=self._resilience.progress_notify,
             filters=filters,
             prev_kv=self._prev_kv,
-            watch_id=self._id,
+            watch_id=0,  # the server picks (see WatchHub)
         )
         return pb.WatchRequest(create_request=create)
 

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -36,8 +37,13 @@ class WatchHub:
     def __init__(self, wire: Wire) -> None:
         self._wire = wire
         self.metrics = wire.metrics
-        self._watchers: dict[int, Watch] = {}
-        self._next_id = 1
+        # Ids are the server's: every create asks for "any id" (0) and the server's "created"
+        # replies come in the order of the requests, so each is matched to the oldest create
+        # still waiting (as Go's clientv3 does). Our own ids would do directly against etcd,
+        # but ``etcd grpc-proxy`` ignores requested ids and numbers a stream's watches itself.
+        self._all: dict[Watch, None] = {}  # every registered watch, in registration order
+        self._watchers: dict[int, Watch] = {}  # by server id, once created on this stream
+        self._pending: deque[Watch | None] = deque()  # creates awaiting "created", in order
         self._outbox: asyncio.Queue[Any] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._stream_up = False
@@ -48,49 +54,56 @@ class WatchHub:
     @property
     def watcher_count(self) -> int:
         """How many watches are registered."""
-        return len(self._watchers)
+        return len(self._all)
 
     def register(self, watch: Watch) -> None:
         if self._closed:
             raise ClientClosedError("the client is closed")
-        watch._id = self._next_id
-        self._next_id += 1
-        self._watchers[watch._id] = watch
+        self._all[watch] = None
+        watch._id = None
         if self._stream_up:
-            self._outbox.put_nowait(watch._create_request())
+            self._send_create(watch)
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(
                 self._supervise(), name="etcd-recipes-watch-stream"
             )
 
+    def _send_create(self, watch: Watch) -> None:
+        self._pending.append(watch)
+        self._outbox.put_nowait(watch._create_request())
+
+    def _send_cancel(self, watch_id: int) -> None:
+        self._outbox.put_nowait(
+            pb.WatchRequest(cancel_request=pb.WatchCancelRequest(watch_id=watch_id))
+        )
+
     def recreate(self, watch: Watch) -> None:
         """Re-create a watch the server dropped (compaction, server-side cancel) on the live
-        stream. The server may still hold its old id, so it gets a fresh one."""
-        if self._watchers.get(watch._id) is not watch:
+        stream, under a new server id."""
+        if watch not in self._all:
             return
-        old_id = watch._id
-        del self._watchers[old_id]
-        watch._id = self._next_id
-        self._next_id += 1
-        self._watchers[watch._id] = watch
-        if self._stream_up:
-            self._outbox.put_nowait(
-                pb.WatchRequest(cancel_request=pb.WatchCancelRequest(watch_id=old_id))
-            )
-            self._outbox.put_nowait(watch._create_request())
+        self._forget_id(watch, cancel=True)
+        if self._stream_up and watch not in self._pending:
+            self._send_create(watch)
 
     def unregister(self, watch: Watch) -> None:
-        if self._watchers.pop(watch._id, None) is None:
-            return
-        if self._stream_up and watch._server_active:
-            self._outbox.put_nowait(
-                pb.WatchRequest(cancel_request=pb.WatchCancelRequest(watch_id=watch._id))
-            )
+        if self._all.pop(watch, None) is not None or watch._id is not None:
+            self._forget_id(watch, cancel=watch._server_active)
+        for i, waiting in enumerate(self._pending):
+            if waiting is watch:
+                self._pending[i] = None  # its "created" reply will be cancelled on arrival
         watch._server_active = False
+
+    def _forget_id(self, watch: Watch, *, cancel: bool) -> None:
+        wid, watch._id = watch._id, None
+        if wid is not None and self._watchers.get(wid) is watch:
+            del self._watchers[wid]
+            if cancel and self._stream_up:
+                self._send_cancel(wid)
 
     async def aclose(self) -> None:
         self._closed = True
-        for watch in list(self._watchers.values()):
+        for watch in list(self._all):
             watch._error = ClientClosedError("the client was closed")
             watch._close_now()
         if self._task is not None:
@@ -109,7 +122,7 @@ class WatchHub:
         attempt = 0
         failed_since = 0.0
         while not self._closed:
-            if not self._watchers:
+            if not self._all:
                 # Idle: keep no stream open; a new watch restarts the supervisor.
                 return
             call = None
@@ -121,8 +134,11 @@ class WatchHub:
                 self.streams_opened += 1
                 while not self._outbox.empty():
                     self._outbox.get_nowait()
-                for watch in list(self._watchers.values()):
-                    self._outbox.put_nowait(watch._create_request())
+                self._watchers.clear()
+                self._pending.clear()
+                for watch in list(self._all):
+                    watch._id = None
+                    self._send_create(watch)
                 self._stream_up = True
                 writer = asyncio.get_running_loop().create_task(self._write_loop(call))
                 got_any = False
@@ -134,7 +150,7 @@ class WatchHub:
                         got_any = True
                         attempt = 0
                     self._dispatch(msg)
-                    if not self._watchers:
+                    if not self._all:
                         break
             except asyncio.CancelledError:
                 raise
@@ -155,7 +171,7 @@ class WatchHub:
                         await self._wire.refresh_auth()
                 mapped = self._wire.error(cause, op="watch")
             log.debug("watch stream failed: %r", mapped)
-            for watch in list(self._watchers.values()):
+            for watch in list(self._all):
                 watch._on_failure(mapped)
             if attempt == 0:
                 failed_since = time.monotonic()
@@ -171,9 +187,20 @@ class WatchHub:
     def _dispatch(self, msg: Any) -> None:
         revision = int(msg.header.revision)
         wid = int(msg.watch_id)
-        if wid == -1 and (msg.created or msg.canceled):
-            log.warning("the server refused a watch request: %s", msg.cancel_reason)
-            return
+        if msg.created:
+            # The reply to the oldest create still waiting (replies keep the requests' order).
+            waiting = self._pending.popleft() if self._pending else None
+            if wid == -1:  # refused (e.g. an invalid range or a permission error)
+                log.warning("the server refused a watch request: %s", msg.cancel_reason)
+                if waiting is not None:
+                    self._on_server_cancel(waiting, str(msg.cancel_reason))
+                return
+            if waiting is None or waiting not in self._all:
+                if not msg.canceled:
+                    self._send_cancel(wid)  # closed before the server created it
+                return
+            waiting._id = wid
+            self._watchers[wid] = waiting
         if wid == -1:
             # A reply to a stream-wide progress request. etcd 3.5.1 answers it with the head
             # revision even while some watches are still replaying history, so it advances
@@ -181,14 +208,15 @@ class WatchHub:
             for watch in self._watchers.values():
                 watch._on_stream_progress(revision)
             return
-        target = self._watchers.get(wid)
-        if target is None:
+        watch_or_none = self._watchers.get(wid)
+        if watch_or_none is None:
             return
-        watch = target
+        watch = watch_or_none
         if msg.created and not msg.canceled:
             watch._on_created(revision)
         if msg.canceled:
             watch._server_active = False
+            self._forget_id(watch, cancel=False)
             if msg.compact_revision > 0:
                 watch._on_compacted(int(msg.compact_revision))
                 return
@@ -231,7 +259,7 @@ class WatchHub:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
-        if self._watchers and not self._closed:
+        if self._all and not self._closed:
             self._task = asyncio.get_running_loop().create_task(self._supervise())
 
     def _convert(self, ev: Any) -> WatchEvent:

@@ -84,11 +84,9 @@ class EtcdGrpcProxy:
     Known differences from a direct connection (etcd 3.5.1, pinned by
     ``tests/testing/test_grpc_proxy.py``):
 
-    - **Our client's watches do not work through it.** The proxy ignores
-      ``WatchCreateRequest.watch_id`` and numbers each stream's watches 0, 1, 2...; the
-      client picks ids 1, 2... and routes responses by id. A lone ``client.watch()`` never
-      starts (``start()`` waits forever); with two watches, the first one starts on the
-      second one's confirmation and receives the second one's events.
+    - The proxy ignores ``WatchCreateRequest.watch_id`` and numbers each stream's watches
+      0, 1, 2... itself. Our client asks for "any id" and matches each "created" reply to
+      its oldest waiting create (as Go's client does), so its watches work through it.
     - On the wire, watches are otherwise etcd's: events, ``prev_kv``, prefix watches and a
       replay from a past ``start_revision`` (created at the head revision) are the same.
     - Progress requests (``client.request_progress()``) go unanswered: nothing within 2 s

@@ -279,29 +279,27 @@ def test_proxy_numbers_watches_itself(
         assert ids == expected, endpoint
 
 
-async def test_our_client_misroutes_watches_through_the_proxy(
+async def test_our_client_routes_watches_through_the_proxy(
     etcd_proxy_client: EtcdClient, etcd_prefix: str
 ) -> None:
-    """KNOWN CLIENT BUG (pinned so that a fix is noticed): our client picks watch ids 1, 2...
-    and matches responses by id, so through the proxy watch 1 takes proxy watch 1, which
-    is watch 2's: a watch on ``a`` starts when ``b``'s is created and gets ``b``'s events,
-    and a lone watch never starts. When this test fails, the client was fixed: move the
-    raw-stream tests below to the client and update EtcdGrpcProxy's docstring."""
+    """The proxy numbers a stream's watches itself (0, 1, ...), ignoring requested ids; our
+    client asks for "any id" and matches each "created" reply to the oldest waiting create
+    (replies keep the requests' order), so a lone watch starts and two watches each get their
+    own events -- also after one of them is closed and another created."""
+    lone = await asyncio.wait_for(etcd_proxy_client.watch(etcd_prefix + "lone").start(), WAIT)
+    await lone.aclose()
     watch_a = etcd_proxy_client.watch(etcd_prefix + "a")
     watch_b = etcd_proxy_client.watch(etcd_prefix + "b")
-    start_a = asyncio.ensure_future(watch_a.start())
-    start_b = asyncio.ensure_future(watch_b.start())
+    await asyncio.wait_for(asyncio.gather(watch_a.start(), watch_b.start()), WAIT)
     try:
-        await asyncio.wait_for(asyncio.shield(start_a), WAIT)
         await etcd_proxy_client.put(etcd_prefix + "b", b"for b")
-        event = await asyncio.wait_for(anext(watch_a), WAIT)
-        assert event.kv.key == (etcd_prefix + "b").encode()  # b's event, on a's watch
-        assert not start_b.done()  # b's own confirmation went to the proxy's watch 0: nobody
+        await etcd_proxy_client.put(etcd_prefix + "a", b"for a")
+        event_a = await asyncio.wait_for(anext(watch_a), WAIT)
+        event_b = await asyncio.wait_for(anext(watch_b), WAIT)
+        assert event_a.kv.value == b"for a" and event_b.kv.value == b"for b"
     finally:
-        start_b.cancel()
         await watch_a.aclose()
         await watch_b.aclose()
-        await asyncio.gather(start_b, return_exceptions=True)
 
 
 def test_raw_watches_deliver_events_prev_kv_prefixes_and_history(
