@@ -51,12 +51,14 @@ async def unchanged_since(
     if head.count != count:
         return None
     try:
+        # keys_only, not count_only: etcd applies min_mod_revision to the keys it returns,
+        # never to the count (which stays the whole range's).
         changed = await client.range(
-            key, range_end=end, count_only=True, min_mod_revision=seen + 1, revision=head.revision
+            key, range_end=end, keys_only=True, min_mod_revision=seen + 1, revision=head.revision
         )
     except CompactedError:
         return None
-    return head.revision if changed.count == 0 else None
+    return head.revision if not changed.kvs else None
 
 
 async def restored(

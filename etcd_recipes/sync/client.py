@@ -159,9 +159,9 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
         """Read a key, a prefix (``prefix=True``) or the range ``[key, range_end)``.
 
         ``max_create_revision`` keeps only keys created at or before that revision, and
-        ``min_mod_revision`` only keys modified at or after it (``0``: no filter). Always one
-        plain ``Range`` RPC, never a read-only transaction (etcd 3.5.0 and 3.5.1 panic when a
-        read-only ``Txn`` is cancelled in flight).
+        ``min_mod_revision`` only keys modified at or after it (``0``: no filter; etcd filters
+        ``kvs``, never ``count``). One plain ``Range`` RPC, never a read-only transaction
+        (etcd 3.5.0 and 3.5.1 panic when a read-only ``Txn`` is cancelled in flight).
 
         Example::
 

@@ -29,8 +29,8 @@ Fixtures:
       def etcd_client(etcd_leg):
           return etcd_leg
 
-  Mind the "Known differences" of :class:`~etcd_recipes.testing.EtcdGrpcProxy`: our
-  client's watches do not work through the proxy yet, and progress requests go unanswered.
+  Mind the "Known differences" of :class:`~etcd_recipes.testing.EtcdGrpcProxy`: progress
+  requests go unanswered, and serializable reads come from the proxy's cache.
 
 This module imports nothing heavy at import time: pytest loads it in every project that has
 etcd-recipes installed.

@@ -270,3 +270,48 @@ async def test_breaking_out_of_the_event_loop_unregisters(etcd_client, etcd_pref
             break
         gc.collect()
         assert cache._batches.stream_count == 0
+
+
+@pytest.fixture
+def leg_client(etcd_leg):
+    return etcd_leg
+
+
+async def test_live_and_consistent_on_both_legs(leg_client, etcd_prefix, request):
+    """The same cache behaviour directly and through ``etcd grpc-proxy`` -- where progress
+    requests go unanswered, so consistent reads fall back to the count proof."""
+    p = etcd_prefix + "legs/"
+    await leg_client.put(p + "a", b"1")
+    cache = PrefixCache(leg_client, p)
+    collector = Collector(cache)
+    async with cache:
+        txn = await leg_client.txn([], [Op.put(p + "b", b"2"), Op.delete(p + "a")])
+        assert await cache.get_consistent(p + "b", timeout=10) == b"2"
+        assert cache.revision >= txn.revision and p + "a" not in cache
+        elsewhere = await leg_client.put(etcd_prefix + "not-cached", b"x")
+        assert await cache.wait_for_revision(elsewhere.revision, timeout=10) >= elsewhere.revision
+        await eventually(lambda: len(collector.batches) == 2, what="INITIAL and one LIVE batch")
+        assert [len(b) for b in collector.batches] == [1, 2]
+        assert replay(collector.batches) == cache_state(cache)
+    await collector.stop()
+    assert request.node.callspec.params["etcd_leg"] in ("direct", "grpc-proxy")
+
+
+async def test_the_unchanged_proof_sees_every_kind_of_change(etcd_client, etcd_prefix):
+    """The fallback of consistent reads (no progress answers, as through grpc-proxy): no key
+    modified after the cache's revision and as many keys as it counts."""
+    from etcd_recipes._core.keys import prefix_range_end
+    from etcd_recipes.caches._reads import unchanged_since
+
+    key = (etcd_prefix + "proof/").encode()
+    end = prefix_range_end(key)
+    await etcd_client.put(key + b"a", b"1")
+    seen = (await etcd_client.put(key + b"b", b"1")).revision
+    head = (await etcd_client.put(etcd_prefix + "outside", b"x")).revision
+    assert await unchanged_since(etcd_client, key, end, seen, 2) == head
+    assert await unchanged_since(etcd_client, key, end, seen, 3) is None  # count differs
+    changed = (await etcd_client.put(key + b"a", b"2")).revision  # same count, a newer key
+    assert await unchanged_since(etcd_client, key, end, seen, 2) is None
+    gone = (await etcd_client.delete(key + b"b")).revision  # only a delete: the count shows it
+    assert await unchanged_since(etcd_client, key, end, changed, 2) is None
+    assert await unchanged_since(etcd_client, key, end, gone, 1) is not None
