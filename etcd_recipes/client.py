@@ -34,6 +34,7 @@ from typing import Any
 import anyio
 from aetcd import rpc as pb
 
+from ._core.connectivity import ChannelState, ConnectionStateCalls
 from ._core.convert import Convert, writes
 from ._core.convert import members as members_result
 from ._core.convert import status as status_result
@@ -73,7 +74,7 @@ _loop = asyncio._get_running_loop  # None outside a loop (get_running_loop raise
 _UNSET: Any = ...
 
 
-class EtcdClient(ServiceCalls):
+class EtcdClient(ServiceCalls, ConnectionStateCalls):
     """An async etcd v3 client. Create it with :func:`connect` and use it as ``async with``.
 
     Keys accept ``str`` (UTF-8) or ``bytes``; values too. Results are small dataclasses from
@@ -116,6 +117,7 @@ class EtcdClient(ServiceCalls):
         self._watches: WatchHub | None = None
         self._lease_keeper: LeaseKeeper | None = None
         self._stubs: dict[Any, Any] = {}  # one stub per service for the channel's lifetime
+        self._conn = ChannelState(spec.description)
         # Conversions are Convert's bound methods, stored here: no extra frame per call.
         conv = Convert(namespace)
         self._k = conv.k
@@ -179,6 +181,7 @@ class EtcdClient(ServiceCalls):
         except BaseException:
             await self.aclose()
             raise
+        self._conn.start(self._channel)
         return self
 
     async def aclose(self) -> None:
@@ -190,6 +193,7 @@ class EtcdClient(ServiceCalls):
             return
         self._state = "closed"
         with anyio.CancelScope(shield=True):
+            await self._conn.aclose()
             if self._watches is not None:
                 await self._watches.aclose()
             if self._lease_keeper is not None:

@@ -30,8 +30,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ._core.lease import SelfHealingLease
-from ._core.listeners import ListenerSet
 from ._core.recipe import Recipe
+from ._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from ._core.validate import check_ttl
 from .codecs import Codec, to_bytes
 from .errors import LeaseEventError
@@ -80,7 +80,7 @@ class TransientKeyValue(Recipe, Generic[T]):
         self._data = codec.encode(value) if codec is not None else to_bytes(value)  # type: ignore[arg-type]
         self.lease_ttl = check_ttl(lease_ttl, what="lease_ttl")
         self._lease: SelfHealingLease | None = None
-        self._lease_listeners = ListenerSet("lease", self._record_exception_at)
+        self._lease_events: Broadcast[LeaseEvent] = self._broadcast("lease")
 
     @property
     def key(self) -> str:
@@ -94,11 +94,28 @@ class TransientKeyValue(Recipe, Generic[T]):
 
     def add_lease_listener(self, listener: Callable[[LeaseEvent], Any]) -> None:
         """Call ``listener`` with each lease event (Suspended, Expired, Restored, Failed)."""
-        self._lease_listeners.add(listener)
+        self._lease_events.add_listener(listener)
 
     def remove_lease_listener(self, listener: Callable[[LeaseEvent], Any]) -> None:
         """Stop calling ``listener``."""
-        self._lease_listeners.remove(listener)
+        self._lease_events.remove_listener(listener)
+
+    def lease_events(self, maxsize: int = DEFAULT_STREAM_BUFFER) -> EventStream[LeaseEvent]:
+        """Each later lease event (what the lease listeners get), as an async iterator that
+        ends when the recipe is closed; bounded by ``maxsize`` (see
+        :class:`~etcd_recipes.EventStream`).
+
+        Example::
+
+            from etcd_recipes import LeaseExpired, LeaseRestored, TransientKeyValue
+
+            async with TransientKeyValue(client, f"{prefix}/worker", "up") as presence:
+                events = presence.lease_events()
+                await client.lease_revoke(presence.lease_id)  # out of band: the key goes
+                assert isinstance(await anext(events), LeaseExpired)
+                assert isinstance(await anext(events), LeaseRestored)  # healed: the key is back
+        """
+        return self._lease_events.stream(maxsize)
 
     async def _do_start(self) -> None:
         async def establish(lease_id: int) -> bool:
@@ -114,10 +131,7 @@ class TransientKeyValue(Recipe, Generic[T]):
         self._on_recovery_event(event)
         if not isinstance(event, LeaseRestored):
             self._record_exception(LeaseEventError(event), "lease")
-        self._lease_listeners.emit(event)
-
-    def _record_exception_at(self, where: str, exc: BaseException) -> None:
-        self._record_exception(exc, where)
+        self._lease_events.publish(event)
 
     async def _do_close(self) -> None:
         if self._lease is not None:

@@ -28,3 +28,21 @@ async def eventually(
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(interval)
+
+
+async def take(stream, count: int, *, timeout: float = 10.0) -> list:
+    """The next ``count`` items of an event stream (failing the test after ``timeout``)."""
+    items = []
+    for _ in range(count):
+        try:
+            items.append(await asyncio.wait_for(anext(stream), timeout))
+        except asyncio.TimeoutError:
+            pytest.fail(f"timed out after {timeout}s; got {items}")
+    return items
+
+
+async def first_item_then_break(stream) -> object:
+    """Iterate ``stream`` and break out after the first item (what a consumer loop does)."""
+    async for item in stream:
+        return item
+    raise AssertionError("the stream ended without an item")

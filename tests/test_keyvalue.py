@@ -4,6 +4,7 @@ disappearance after the owner is SIGKILLed."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import subprocess
@@ -19,10 +20,11 @@ from etcd_recipes import (
     ConnectionState,
     LeaseExpired,
     LeaseRestored,
+    LeaseSuspended,
     connect,
 )
 from etcd_recipes.keyvalue import TransientKeyValue
-from tests.helpers import eventually
+from tests.helpers import eventually, first_item_then_break, take
 
 
 async def test_key_lives_with_the_recipe(etcd_client, etcd_prefix):
@@ -123,3 +125,32 @@ async def test_disappears_within_ttl_after_sigkill(etcd_client, etcd_server, etc
 
 async def _gone(client, key) -> bool:
     return await client.get(key) is None
+
+
+async def test_lease_events_stream_expiry_then_restoration(etcd_client, etcd_prefix):
+    key = etcd_prefix + "presence"
+    tkv = TransientKeyValue(etcd_client, key, b"x", lease_ttl=2)
+    events = tkv.lease_events()  # before start: nothing is missed
+    seen: list[object] = []
+    tkv.add_lease_listener(seen.append)
+    await tkv.start()
+    old = tkv.lease_id
+    await etcd_client.lease_revoke(old)
+    got = [e for e in await take(events, 2) if not isinstance(e, LeaseSuspended)]
+    assert [type(e) for e in got] == [LeaseExpired, LeaseRestored]
+    assert got[0].lease_id == old and got[1].new_lease_id == tkv.lease_id
+    await eventually(lambda: len(seen) == 2, what="the listeners")
+    assert seen == got  # the stream yields what the listeners get
+    # Breaking out of a loop unregisters its stream; aclose() ends the others.
+    consumer = asyncio.create_task(first_item_then_break(tkv.lease_events()))
+    await eventually(lambda: tkv._lease_events.stream_count == 2, what="registered")
+    await etcd_client.lease_revoke(tkv.lease_id)
+    assert isinstance(await asyncio.wait_for(consumer, 10), LeaseExpired)
+    del consumer
+    gc.collect()
+    assert tkv._lease_events.stream_count == 1
+    await eventually(lambda: events.buffered >= 2, what="the second heal")
+    await tkv.aclose()
+    rest = [type(e) async for e in events if not isinstance(e, LeaseSuspended)]
+    assert rest == [LeaseExpired, LeaseRestored]  # buffered ones still come, then the end
+    assert await etcd_client.get(key) is None

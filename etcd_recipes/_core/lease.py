@@ -35,6 +35,7 @@ from ..errors import ClientClosedError, EtcdRecipeError, LeaseNotFoundError
 from ..events import LeaseEvent, LeaseExpired, LeaseFailed, LeaseRestored, LeaseSuspended
 from ..resilience import LeaseResilience, RetryPolicy
 from .listeners import ListenerSet
+from .streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .validate import check_ttl
 from .wire import Wire
 
@@ -233,6 +234,7 @@ class _LeaseBase:
         self.ttl = check_ttl(ttl)
         """The requested TTL in whole seconds."""
         self.listeners: ListenerSet = ListenerSet("lease")
+        self._events: Broadcast[LeaseEvent] = Broadcast("lease-events")
         self._reg: _Registration | None = None
 
     def add_listener(self, listener: Callable[[LeaseEvent], Any]) -> None:
@@ -243,10 +245,30 @@ class _LeaseBase:
         """Stop calling ``listener``."""
         self.listeners.remove(listener)
 
+    def events(self, maxsize: int = DEFAULT_STREAM_BUFFER) -> EventStream[LeaseEvent]:
+        """Every later :data:`~etcd_recipes.events.LeaseEvent` of this lease (what the
+        listeners get), as an async iterator that ends when the lease is revoked or closed.
+
+        Bounded by ``maxsize``: a consumer that falls that far behind gets
+        :class:`~etcd_recipes.errors.EventStreamOverflowError` after the buffered events.
+        Breaking out of the loop unregisters it.
+
+        Example::
+
+            from etcd_recipes import LeaseExpired
+
+            async with client.lease(ttl=2) as lease:
+                events = lease.events()
+                await client.lease_revoke(lease.id)  # out of band: the lease is lost
+                assert isinstance(await anext(events), LeaseExpired)
+        """
+        return self._events.stream(maxsize)
+
     def _emit(self, event: LeaseEvent) -> None:
         kind = type(event).__name__.removeprefix("Lease").lower()
         lease_id = event.old_lease_id if isinstance(event, LeaseRestored) else event.lease_id
         self._client._resilience.metrics.increment_keep_alive(kind, lease_id)
+        self._events.publish(event)
         with contextlib.suppress(RuntimeError):
             self.listeners.emit(event)
 
@@ -313,8 +335,11 @@ class AcquisitionLease(_LeaseBase):
         self._closed = True
         if self._reg is not None:
             self._client._leases.unregister(self._reg)
-        if self.id:
-            await _revoke_quietly(self._client, self.id)
+        try:
+            if self.id:
+                await _revoke_quietly(self._client, self.id)
+        finally:
+            await self._events.aclose()
 
     async def __aenter__(self) -> AcquisitionLease:
         return await self.grant()
@@ -476,9 +501,12 @@ class SelfHealingLease(_LeaseBase):
                     await healer
         if self._reg is not None:
             self._client._leases.unregister(self._reg)
-        if self._lease_id:
-            await _revoke_quietly(self._client, self._lease_id)
-            self._lease_id = 0
+        try:
+            if self._lease_id:
+                await _revoke_quietly(self._client, self._lease_id)
+                self._lease_id = 0
+        finally:
+            await self._events.aclose()
 
     async def __aenter__(self) -> SelfHealingLease:
         if not await self.start():

@@ -85,10 +85,13 @@ class Recipe:
         self._state = ConnectionState.CONNECTED
         self._state_listeners = ListenerSet("connection-state", self._record_listener_error)
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._state_stream: Broadcast[ConnectionState] = Broadcast(
+        self._broadcasts: list[Broadcast[Any]] = []
+        self._state_stream: Broadcast[ConnectionState] = self._broadcast(
             "connection-state", current=lambda: self._state
         )
-        self._error_stream: Broadcast[BackgroundException] = Broadcast("background-exceptions")
+        self._error_stream: Broadcast[BackgroundException] = self._broadcast(
+            "background-exceptions"
+        )
 
     # ------------------------------------------------------------------ identity
 
@@ -149,8 +152,8 @@ class Recipe:
                     self._record_exception(exc, "close")
                 finally:
                     await self._cancel_tasks()
-                    await self._state_stream.aclose()
-                    await self._error_stream.aclose()
+                    for broadcast in self._broadcasts:
+                        await broadcast.aclose()
 
         await run_shielded(
             close, what=f"closing {self.exception_context}", timeout=CLEANUP_TIMEOUT * 2
@@ -190,6 +193,13 @@ class Recipe:
             )
 
     # ------------------------------------------------------------------ background work
+
+    def _broadcast(self, name: str, *, current: Callable[[], T] | None = None) -> Broadcast[T]:
+        """A :class:`Broadcast` for one of the recipe's push surfaces; ``aclose()`` ends it
+        (after the recipe's own close work, so events of that work still arrive)."""
+        broadcast: Broadcast[T] = Broadcast(name, self._record_listener_error, current=current)
+        self._broadcasts.append(broadcast)
+        return broadcast
 
     def _spawn(self, coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
         """Run ``coro`` in the background with the recipe's logging context; failures are

@@ -13,6 +13,10 @@ and read two ways:
   delays only itself and sees every item in order. A listener that raises is reported to the
   broadcast's error sink and keeps receiving.
 
+A producer that fails for good calls :meth:`Broadcast.fail`: every stream then raises that
+error after its buffered items (a stream created later yields the current state first, if the
+broadcast has one, then raises it); listeners stay registered.
+
 Not guaranteed: items published before a stream or listener was registered are not replayed;
 a broadcast of a state gives a new reader the current state as its first item instead.
 """
@@ -66,6 +70,7 @@ class EventStream(Generic[T]):
         "_broadcast",
         "_closed",
         "_conflate",
+        "_error",
         "_items",
         "_maxsize",
         "_overflowed",
@@ -80,6 +85,7 @@ class EventStream(Generic[T]):
         self._waiter: asyncio.Future[None] | None = None
         self._closed = False
         self._overflowed = False
+        self._error: BaseException | None = None
 
     def __repr__(self) -> str:
         state = "overflowed" if self._overflowed else "closed" if self._closed else "open"
@@ -103,6 +109,8 @@ class EventStream(Generic[T]):
                     maxsize=self._maxsize,
                 )
             if self._closed:
+                if self._error is not None:
+                    raise self._error
                 raise StopAsyncIteration
             self._waiter = asyncio.get_running_loop().create_future()
             try:
@@ -145,10 +153,11 @@ class EventStream(Generic[T]):
         self._items.append(item)
         self._wake()
 
-    def _end(self) -> None:
+    def _end(self, error: BaseException | None = None) -> None:
         if self._closed:
             return
         self._closed = True
+        self._error = error
         broadcast, self._broadcast = self._broadcast, None
         if broadcast is not None:
             broadcast._streams.discard(self)
@@ -221,6 +230,7 @@ class Broadcast(Generic[T]):
         self._streams: weakref.WeakSet[EventStream[T]] = weakref.WeakSet()
         self._dispatchers: list[_Dispatcher[T]] = []
         self._closed = False
+        self._failure: BaseException | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # of the readers, once registered
 
     def __repr__(self) -> str:
@@ -241,13 +251,19 @@ class Broadcast(Generic[T]):
     def stream(
         self, maxsize: int = DEFAULT_STREAM_BUFFER, *, conflate: bool = False
     ) -> EventStream[T]:
-        """A new registered stream (already ended if the broadcast is closed)."""
+        """A new registered stream (already ended if the broadcast is closed; after
+        :meth:`fail`, the current state, if any, then the failure)."""
         if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 1:
             raise InvalidArgumentError(f"maxsize must be a positive int, got {maxsize!r}")
         self._loop = asyncio.get_running_loop()
         stream = EventStream(self, maxsize, conflate)
         if self._closed:
             stream._end()
+            return stream
+        if self._failure is not None:
+            if self._current is not None and (first := self._current()) is not None:
+                stream._offer(first)
+            stream._end(self._failure)
             return stream
         self._streams.add(stream)
         if self._current is not None and (first := self._current()) is not None:
@@ -293,6 +309,15 @@ class Broadcast(Generic[T]):
             stream._offer(item)
         for dispatcher in self._dispatchers:
             dispatcher.offer(item)
+
+    def fail(self, error: BaseException) -> None:
+        """End every stream with ``error`` (raised after its buffered items), now and for
+        streams created later; listeners stay registered. Call it on the readers' loop."""
+        if self._closed or self._failure is not None:
+            return
+        self._failure = error
+        for stream in list(self._streams):
+            stream._end(error)
 
     async def aclose(self) -> None:
         """End every stream (after their buffered items) and stop every listener."""

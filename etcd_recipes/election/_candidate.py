@@ -21,6 +21,7 @@ from .._core.keys import append_to_path, random_token
 from .._core.lease import AcquisitionLease, SelfHealingLease
 from .._core.listeners import ListenerSet
 from .._core.recipe import Recipe
+from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.txn import AnyOp, Cmp, Compare, Op
 from .._core.validate import check_ttl
 from .._core.waiting import abort_guard, wait_for_change
@@ -62,6 +63,10 @@ class _Candidate(Recipe):
         self._participation: SelfHealingLease | None = None
         self._term: LeadershipTerm | None = None
         self._leadership_listeners = ListenerSet("leadership", self._record_listener_error)
+        self._announced = False  # what the leadership listeners were told last
+        self._leadership_events: Broadcast[bool] = self._broadcast(
+            "leadership", current=lambda: self._announced
+        )
         self._changed = asyncio.Event()
 
     # ------------------------------------------------------------------ public surface
@@ -123,6 +128,28 @@ class _Candidate(Recipe):
     def remove_leadership_listener(self, listener: Callable[[bool], Any]) -> None:
         """Stop calling ``listener``."""
         self._leadership_listeners.remove(listener)
+
+    def leadership_events(self, maxsize: int = DEFAULT_STREAM_BUFFER) -> EventStream[bool]:
+        """Whether this instance leads now, then each change -- a plain ``bool``, ``True`` on
+        winning a term and ``False`` on stepping down, exactly what the leadership listeners
+        get -- as an async iterator that ends when the instance is closed.
+
+        Not conflated (every term shows as a ``True`` then a ``False``), bounded by ``maxsize``
+        (see :class:`~etcd_recipes.EventStream`). Breaking out of the loop unregisters it.
+
+        Example::
+
+            from etcd_recipes import LeaderLatch
+
+            latch = LeaderLatch(client, f"{prefix}/election")
+            leading = latch.leadership_events()
+            assert await anext(leading) is False  # not started: not leading
+            await latch.start()
+            assert await anext(leading) is True  # won the term
+            await latch.aclose()  # steps down: the last item is False, then the stream ends
+            assert [item async for item in leading] == [False]
+        """
+        return self._leadership_events.stream(maxsize)
 
     # ------------------------------------------------------------------ participation
 
@@ -243,7 +270,7 @@ class _Candidate(Recipe):
         if self._state is ConnectionState.LOST:
             self._set_state(ConnectionState.RECONNECTED)
         log.info("%s: elected (fencing token %d)", self.exception_context, term.fencing_token)
-        self._leadership_listeners.emit(True)
+        self._announce(True)
         self._wake()
 
     def _step_down(self, term: LeadershipTerm) -> None:
@@ -263,8 +290,13 @@ class _Candidate(Recipe):
             self._on_recovery_event(LeaseExpired(term.lease_id, cause))
         else:
             log.info("%s: term %d ended", self.exception_context, term.fencing_token)
-        self._leadership_listeners.emit(False)
+        self._announce(False)
         self._wake()
+
+    def _announce(self, leading: bool) -> None:
+        self._announced = leading
+        self._leadership_listeners.emit(leading)
+        self._leadership_events.publish(leading)
 
     def _wake(self) -> None:
         self._changed.set()

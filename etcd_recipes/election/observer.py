@@ -8,13 +8,13 @@ states (who leads now), observed through one watch; it does not run for the elec
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from .._core.listeners import ListenerSet
 from .._core.recipe import Recipe
+from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from ..errors import EtcdRecipeError, WatchFailedError
 from ..events import ConnectionState, WatchFailed, WatchResubscribed
 from ..types import EventType, RangeResult, WatchEvent
@@ -58,8 +58,9 @@ class LeaderObserver(Recipe):
         self._current: Elected | None = None
         self._revision = 0
         self._listeners = ListenerSet("leadership-event", self._record_listener_error)
-        self._subscribers: set[asyncio.Queue[LeadershipEvent | None]] = set()
-        self._failure: BaseException | None = None
+        self._events: Broadcast[LeadershipEvent] = self._broadcast(
+            "leadership-event", current=lambda: self.current
+        )
 
     @property
     def current_leader(self) -> str | None:
@@ -80,10 +81,12 @@ class LeaderObserver(Recipe):
         """Stop calling ``listener``."""
         self._listeners.remove(listener)
 
-    async def events(self) -> AsyncIterator[LeadershipEvent]:
+    def events(self, maxsize: int = DEFAULT_STREAM_BUFFER) -> EventStream[LeadershipEvent]:
         """The current state, then every change, until the observer is closed.
 
-        Raises :class:`~etcd_recipes.errors.WatchFailedError` if the watch gave up.
+        Bounded by ``maxsize`` (see :class:`~etcd_recipes.EventStream`); breaking out of the
+        loop unregisters it. Raises :class:`~etcd_recipes.errors.WatchFailedError` (after the
+        states it buffered) if the watch gave up.
 
         Example::
 
@@ -96,21 +99,7 @@ class LeaderObserver(Recipe):
                             break
         """
         self._check_started()
-        queue: asyncio.Queue[LeadershipEvent | None] = asyncio.Queue()
-        queue.put_nowait(self.current)
-        if self._failure is not None:
-            queue.put_nowait(None)  # the watch already gave up: end after the last state
-        self._subscribers.add(queue)
-        try:
-            while True:
-                item = await queue.get()
-                if item is None:
-                    if self._failure is not None:
-                        raise self._failure
-                    return
-                yield item
-        finally:
-            self._subscribers.discard(queue)
+        return self._events.stream(maxsize)
 
     async def _do_start(self) -> None:
         read = await self._client.range(self._leader)
@@ -144,10 +133,9 @@ class LeaderObserver(Recipe):
             failure = exc
         if self.is_closed:
             return
-        self._failure = failure
         self._record_exception(failure, "watch")
         self._set_state(ConnectionState.LOST)
-        self._end_subscribers()
+        self._events.fail(failure)
 
     def _apply_read(self, read: RangeResult, *, notify: bool = True) -> None:
         if read.revision < self._revision:
@@ -174,15 +162,7 @@ class LeaderObserver(Recipe):
         event: LeadershipEvent = new if new is not None else Vacated()
         log.info("%s: %s", self.exception_context, event)
         self._listeners.emit(event)
-        for queue in self._subscribers:
-            queue.put_nowait(event)
-
-    def _end_subscribers(self) -> None:
-        for queue in self._subscribers:
-            queue.put_nowait(None)
-
-    async def _do_close(self) -> None:
-        self._end_subscribers()
+        self._events.publish(event)
 
 
 async def leadership_events(client: EtcdClient, path: str) -> AsyncIterator[LeadershipEvent]:

@@ -20,6 +20,7 @@ import anyio
 from .._core.hold import Hold
 from .._core.listeners import ListenerSet
 from .._core.recipe import Recipe
+from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.txn import AnyOp, Cmp, Compare, Op
 from .._core.validate import check_timeout
 from .._core.waiting import abort_guard, settled
@@ -72,6 +73,7 @@ class _LockBase(ABC):
         self._entered: dict[asyncio.Task[Any], list[AbstractAsyncContextManager[LockHold]]] = {}
         self._aborts: set[anyio.CancelScope] = set()
         self._lost_listeners = ListenerSet("lock-lost", recipe._record_listener_error)
+        self._lost_events: Broadcast[BaseException | None] = recipe._broadcast("lock-lost")
 
     # ---------------------------------------------------------------- hooks
 
@@ -356,6 +358,27 @@ class _LockBase(ABC):
         """Stop calling ``listener``."""
         self._lost_listeners.remove(listener)
 
+    def lock_lost_events(
+        self, maxsize: int = DEFAULT_STREAM_BUFFER
+    ) -> EventStream[BaseException | None]:
+        """The cause (or ``None``) of each later loss of a hold of this lock -- what the
+        lock-lost listeners get -- as an async iterator that ends when the instance is closed;
+        bounded by ``maxsize`` (see :class:`~etcd_recipes.EventStream`).
+
+        Example::
+
+            from etcd_recipes import DistributedMutex
+
+            mutex = DistributedMutex(client, f"{prefix}/lock")
+            losses = mutex.lock_lost_events()
+            await mutex.acquire()
+            await client.lease_revoke(mutex.hold.lease_id)  # out of band: the hold is lost
+            print("lost:", await anext(losses))  # the cause, e.g. a LeaseNotFoundError
+            await mutex.release()  # False: it had been lost
+            await mutex.aclose()
+        """
+        return self._lost_events.stream(maxsize)
+
     # ---------------------------------------------------------------- loss and close
 
     def _lost(self, held: _Held, cause: BaseException | None) -> None:
@@ -365,6 +388,7 @@ class _LockBase(ABC):
         self._recipe._record_exception(err, "lock-lost")
         self._recipe._on_recovery_event(LeaseExpired(held.lease.id, cause))
         self._lost_listeners.emit(cause)
+        self._lost_events.publish(cause)
 
     async def _close_view(self) -> None:
         for scope in list(self._aborts):

@@ -54,6 +54,7 @@ from .._core.hold import Hold
 from .._core.keys import append_to_path, random_token
 from .._core.listeners import ListenerSet
 from .._core.recipe import Recipe
+from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.txn import Cmp, Op
 from .._core.validate import check_timeout, check_ttl
 from .._core.waiting import abort_guard, settled, wait_for_change
@@ -158,6 +159,7 @@ class DistributedSemaphore(Recipe):
         self._entered: dict[asyncio.Task[Any], list[AbstractAsyncContextManager[LockHold]]] = {}
         self._aborts: set[anyio.CancelScope] = set()
         self._lost_listeners = ListenerSet("permit-lost", self._record_listener_error)
+        self._lost_events: Broadcast[BaseException | None] = self._broadcast("permit-lost")
 
     # ---------------------------------------------------------------- state
 
@@ -198,6 +200,26 @@ class DistributedSemaphore(Recipe):
     def remove_permit_lost_listener(self, listener: PermitLostListener) -> None:
         """Stop calling ``listener``."""
         self._lost_listeners.remove(listener)
+
+    def permit_lost_events(
+        self, maxsize: int = DEFAULT_STREAM_BUFFER
+    ) -> EventStream[BaseException | None]:
+        """The cause (or ``None``) of each later loss of a permit of this instance -- what the
+        permit-lost listeners get -- as an async iterator that ends when the instance is
+        closed; bounded by ``maxsize`` (see :class:`~etcd_recipes.EventStream`).
+
+        Example::
+
+            from etcd_recipes import DistributedSemaphore
+
+            semaphore = DistributedSemaphore(client, f"{prefix}/uploads", permits=2)
+            losses = semaphore.permit_lost_events()
+            await semaphore.acquire()
+            await client.lease_revoke(semaphore.hold.lease_id)  # out of band: the permit goes
+            print("lost:", await anext(losses))  # the cause, e.g. a LeaseNotFoundError
+            await semaphore.aclose()
+        """
+        return self._lost_events.stream(maxsize)
 
     # ---------------------------------------------------------------- acquire / release
 
@@ -496,6 +518,7 @@ class DistributedSemaphore(Recipe):
         self._record_exception(err, "permit-lost")
         self._on_recovery_event(LeaseExpired(held.lease.id, cause))
         self._lost_listeners.emit(cause)
+        self._lost_events.publish(cause)
 
     def _on_lease_event(self, event: LeaseEvent) -> None:
         if isinstance(event, LeaseSuspended):

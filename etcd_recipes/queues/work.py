@@ -61,13 +61,11 @@ than the clock skew between producer and consumer (ready times are producers' cl
 ``requeue()`` keeps the attempt count but never dead-letters (only orphans do, as in the
 reference).
 
-Deviations from the reference: the wait for items is anchored at the snapshot's revision + 1
-(the reference's was not); orphans are detected by a receive that reads the queue afresh, from
-two count reads in the same round trip as the head read; ``ack``/``requeue`` also compare the
-marker's create
-revision, so a stale item cannot settle a later claim of the same consumer; producers write
-with a create-only compare; closing returns held items instead of leaving them to other
-consumers' sweeps.
+Deviations from the reference: the wait for items is anchored at the snapshot's revision + 1;
+orphans are detected by a receive that reads the queue afresh (two count reads in the head
+read's round trip); ``ack``/``requeue`` also compare the marker's create revision, so a stale
+item cannot settle a later claim of the same consumer; producers write with a create-only
+compare; closing returns held items instead of leaving them to other consumers' sweeps.
 
 Example::
 
@@ -92,8 +90,8 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, overload
 
 from .._core.keys import pad, random_token
-from .._core.listeners import ListenerSet
 from .._core.recipe import Recipe
+from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.validate import check_timeout
 from .._core.waiting import abort_guard, wait_for_put_under
 from ..codecs import Codec, ValueT, as_codec
@@ -185,7 +183,7 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         self._held: dict[str, WorkItem] = {}
         self._prefetched: tuple[float, Snapshot] | None = None
         self._waits = Waits()
-        self._lease_listeners = ListenerSet("lease", self._record_exception_at)
+        self._lease_events: Broadcast[LeaseEvent] = self._broadcast("lease")
 
     # ------------------------------------------------------------------ producing
 
@@ -309,10 +307,9 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
     def add_lease_listener(self, listener: Callable[[LeaseEvent], Any]) -> None:
         """Call ``listener`` with each consumer-lease event.
 
-        ``LeaseExpired`` means every outstanding claim of this consumer is gone (the items are
-        reclaimable, their ``ack()`` returns ``False``) even though the lease then heals
-        (``LeaseRestored``) for future claims; ``LeaseFailed`` means healing gave up (the next
-        claim takes a new lease).
+        ``LeaseExpired``: every outstanding claim of this consumer is gone (items reclaimable,
+        ``ack()`` returns ``False``) though the lease then heals (``LeaseRestored``) for future
+        claims; ``LeaseFailed``: healing gave up (the next claim takes a new lease).
 
         Example::
 
@@ -321,11 +318,23 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
             async with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
                 queue.add_lease_listener(lambda event: print("lease:", event))
         """
-        self._lease_listeners.add(listener)
+        self._lease_events.add_listener(listener)
 
     def remove_lease_listener(self, listener: Callable[[LeaseEvent], Any]) -> None:
         """Stop calling ``listener``."""
-        self._lease_listeners.remove(listener)
+        self._lease_events.remove_listener(listener)
+
+    def lease_events(self, maxsize: int = DEFAULT_STREAM_BUFFER) -> EventStream[LeaseEvent]:
+        """The lease listeners' events as an async iterator, until ``aclose()`` (bounded).
+
+        Example::
+
+            from etcd_recipes import DistributedWorkQueue
+
+            async with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
+                print(queue.lease_events().buffered)  # 0: no claim yet, no consumer lease
+        """
+        return self._lease_events.stream(maxsize)
 
     # ------------------------------------------------------------------ dead letters
 
@@ -519,10 +528,7 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
             self._held.clear()  # every marker went with the lease
         if not isinstance(event, LeaseRestored):
             self._record_exception(LeaseEventError(event), "lease")
-        self._lease_listeners.emit(event)
-
-    def _record_exception_at(self, where: str, exc: BaseException) -> None:
-        self._record_exception(exc, where)
+        self._lease_events.publish(event)
 
     # ------------------------------------------------------------------ settling
 

@@ -9,9 +9,11 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from etcd_recipes import client as _async
+from etcd_recipes._core.connectivity import ClientStateListener
 from etcd_recipes._core.txn import AnyOp, Compare
 from etcd_recipes.client import _UNSET
 from etcd_recipes.codecs import Codec
+from etcd_recipes.events import ConnectionState
 from etcd_recipes.resilience import LeaseResilience, ResilienceConfig, WatchResilience
 from etcd_recipes.sync._runtime import Runtime
 from etcd_recipes.sync._twin import SyncIterator, SyncTwin
@@ -32,6 +34,7 @@ from etcd_recipes.types import (
 
 if TYPE_CHECKING:
     from etcd_recipes.sync._core.lease import AcquisitionLease, SelfHealingLease
+    from etcd_recipes.sync._core.streams import EventStream
     from etcd_recipes.sync._core.watch import Watch
 
 __all__ = ["EtcdClient", "connect"]
@@ -546,6 +549,56 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
             self._a.self_healing_lease, ttl, self._rt.hook(establish), resilience=resilience
         )
         result: SelfHealingLease = self._twin(value)
+        return result
+
+    @property
+    def connection_state(self) -> ConnectionState:
+        """``CONNECTED`` once :meth:`open` got an answer, ``SUSPENDED`` while no server can
+        be reached, ``RECONNECTED`` when one can again (see :meth:`connection_states`)."""
+        return self._rt.call_sync(lambda: self._a.connection_state)
+
+    def add_connection_state_listener(self, listener: ClientStateListener) -> None:
+        """Call ``listener(new_state, previous_state)`` once per change of
+        :attr:`connection_state` (Curator's connection-state listener); may be added before
+        :meth:`open`.
+
+        Example::
+
+            from etcd_recipes.sync import ConnectionState, connect
+
+            def on_change(new: ConnectionState, old: ConnectionState) -> None:
+                print(f"etcd connection: {old.value} -> {new.value}")
+
+            app = connect(endpoints)
+            app.add_connection_state_listener(on_change)  # before open(): sees every change
+            with app:
+                assert app.connection_state is ConnectionState.CONNECTED
+            app.remove_connection_state_listener(on_change)
+        """
+        self._rt.call_sync(self._a.add_connection_state_listener, self._rt.listener(listener))
+
+    def remove_connection_state_listener(self, listener: ClientStateListener) -> None:
+        """Stop calling ``listener``."""
+        self._rt.call_sync(self._a.remove_connection_state_listener, self._rt.listener(listener))
+
+    def connection_states(self) -> EventStream[ConnectionState]:
+        """The connection state now, then each change, as a blocking iterator that ends when the
+        client is closed; conflated (a consumer that falls behind skips to the newest state).
+
+        It follows the gRPC channel (kept connecting): a failed or refused connection is
+        ``SUSPENDED``, ready again is ``RECONNECTED``. A hung server is noticed only while
+        calls, watches or leases keep the channel busy (keepalive pings); ``LOST`` is never
+        reported (leases and holds are lost per recipe, which reports it).
+
+        Example::
+
+            from etcd_recipes.sync import ConnectionState
+
+            with client.connection_states() as states:
+                assert next(states) is ConnectionState.CONNECTED
+        """
+        value = self._rt.call_sync(self._a.connection_states)
+        result: EventStream[ConnectionState] = self._twin(value)
         return result
 
 

@@ -7,12 +7,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from etcd_recipes import keyvalue as _async
+from etcd_recipes._core.streams import DEFAULT_STREAM_BUFFER
 from etcd_recipes.codecs import Codec
 from etcd_recipes.events import LeaseEvent
 from etcd_recipes.keyvalue import DEFAULT_TTL
 from etcd_recipes.sync._core.recipe import Recipe
 
 if TYPE_CHECKING:
+    from etcd_recipes.sync._core.streams import EventStream
     from etcd_recipes.sync.client import EtcdClient
 
 __all__ = ["TransientKeyValue"]
@@ -78,6 +80,25 @@ class TransientKeyValue(Recipe, Generic[T], twin_of=_async.TransientKeyValue):
     def remove_lease_listener(self, listener: Callable[[LeaseEvent], Any]) -> None:
         """Stop calling ``listener``."""
         self._rt.call_sync(self._a.remove_lease_listener, self._rt.listener(listener))
+
+    def lease_events(self, maxsize: int = DEFAULT_STREAM_BUFFER) -> EventStream[LeaseEvent]:
+        """Each later lease event (what the lease listeners get), as a blocking iterator that
+        ends when the recipe is closed; bounded by ``maxsize`` (see
+        :class:`~etcd_recipes.EventStream`).
+
+        Example::
+
+            from etcd_recipes.sync import LeaseExpired, LeaseRestored, TransientKeyValue
+
+            with TransientKeyValue(client, f"{prefix}/worker", "up") as presence:
+                events = presence.lease_events()
+                client.lease_revoke(presence.lease_id)  # out of band: the key goes
+                assert isinstance(next(events), LeaseExpired)
+                assert isinstance(next(events), LeaseRestored)  # healed: the key is back
+        """
+        value = self._rt.call_sync(self._a.lease_events, maxsize)
+        result: EventStream[LeaseEvent] = self._twin(value)
+        return result
 
     @property
     def value(self) -> T | bytes | str:

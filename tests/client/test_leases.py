@@ -5,6 +5,7 @@ out-of-band revoke or a pause past its TTL."""
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 
@@ -17,7 +18,7 @@ from etcd_recipes import (
     Op,
     connect,
 )
-from tests.helpers import eventually
+from tests.helpers import eventually, first_item_then_break, take
 
 FAST = {"keepalive_time": 1, "keepalive_timeout": 0.5}
 
@@ -221,3 +222,44 @@ async def test_acquisition_lease_survives_a_quick_server_restart(fresh_etcd_serv
             assert not any(isinstance(e, LeaseExpired) for e in events)
             assert client._leases.streams_opened >= 2  # the keep-alive stream was rebuilt
         assert await client.get("/restart/k") is None
+
+
+async def test_lease_events_stream_in_order_and_end_on_revoke(etcd_client, etcd_prefix):
+    key = etcd_prefix + "member"
+
+    async def establish(lease_id: int) -> bool:
+        await etcd_client.put(key, b"here", lease=lease_id)
+        return True
+
+    lease = etcd_client.self_healing_lease(2, establish)
+    events = lease.events()
+    assert await lease.start()
+    first = lease.current_lease_id
+    await etcd_client.lease_revoke(first)  # out of band: expired, then healed
+    got = _without_suspended(await take(events, 2))
+    assert [type(e) for e in got] == [LeaseExpired, LeaseRestored]
+    assert got[0].lease_id == first and got[1].old_lease_id == first
+    assert got[1].new_lease_id == lease.current_lease_id != first
+    await lease.aclose()  # ends the iteration
+    assert _without_suspended([e async for e in events]) == []
+    assert await etcd_client.get(key) is None
+
+
+async def test_breaking_out_of_lease_events_unregisters(etcd_client):
+    async with etcd_client.lease(2) as lease:
+        consumer = asyncio.create_task(first_item_then_break(lease.events()))
+        await eventually(lambda: lease._events.stream_count == 1, what="registered")
+        await etcd_client.lease_revoke(lease.id)
+        assert isinstance(await asyncio.wait_for(consumer, 10), LeaseExpired)
+        gc.collect()
+        assert lease._events.stream_count == 0
+        # A cancelled consumer unregisters too.
+        consumer = asyncio.create_task(first_item_then_break(lease.events()))
+        await eventually(lambda: lease._events.stream_count == 1, what="registered")
+        consumer.cancel()
+        await asyncio.wait({consumer})
+        del consumer
+        gc.collect()
+        assert lease._events.stream_count == 0
+    assert etcd_client._leases.lease_count == 0
+    assert (await etcd_client.lease_time_to_live(lease.id)).ttl == -1

@@ -126,3 +126,28 @@ async def test_bad_maxsize_is_a_typed_error() -> None:
     for bad in (0, -1, 1.5, True):
         with pytest.raises(InvalidArgumentError):
             hub.stream(bad)  # type: ignore[arg-type]
+
+
+async def test_fail_ends_streams_with_the_error_after_their_items() -> None:
+    state = ["a"]
+    hub: Broadcast[str] = Broadcast("state", current=lambda: state[0])
+    seen: list[str] = []
+    hub.add_listener(seen.append)
+    early = hub.stream()
+    state[0] = "b"
+    hub.publish("b")
+    boom = RuntimeError("the producer gave up")
+    hub.fail(boom)
+    assert [await anext(early) for _ in range(2)] == ["a", "b"]
+    with pytest.raises(RuntimeError, match="gave up"):
+        await anext(early)
+    assert hub.stream_count == 0
+    late = hub.stream()  # after the failure: the current state, then the failure
+    assert await anext(late) == "b"
+    with pytest.raises(RuntimeError, match="gave up"):
+        await anext(late)
+    hub.publish("c")  # listeners stay registered
+    await asyncio.sleep(0.01)
+    assert seen == ["b", "c"]
+    await hub.aclose()
+    assert [item async for item in hub.stream()] == []  # closed: ended, no error

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 
 import anyio
 import pytest
@@ -14,6 +15,7 @@ from etcd_recipes import (
     AlreadyStartedError,
     ConnectionState,
     Elected,
+    EventStreamOverflowError,
     LeaderLatch,
     LeaderObserver,
     LeaderSelector,
@@ -22,7 +24,7 @@ from etcd_recipes import (
     Vacated,
     leadership_events,
 )
-from tests.helpers import eventually
+from tests.helpers import eventually, take
 
 
 async def test_latch_holds_until_close_then_hands_over(etcd_client, etcd_prefix):
@@ -188,3 +190,65 @@ async def test_lifecycle_misuse(etcd_client, etcd_prefix):
     with pytest.raises(NotStartedError):
         await anext(observer.events())
     await observer.aclose()
+
+
+async def test_latch_leadership_events_follow_every_term(etcd_client, etcd_prefix):
+    path = etcd_prefix + "election"
+    latch = LeaderLatch(etcd_client, path, client_id="me")
+    leading = latch.leadership_events()
+    flags: list[bool] = []
+    latch.add_leadership_listener(flags.append)
+    assert await take(leading, 1) == [False]  # the current state first
+    await latch.start()
+    assert await take(leading, 1) == [True]
+    first = latch.term
+    await etcd_client.lease_revoke(first.lease_id)  # lost: steps down, then contests again
+    assert await take(leading, 2) == [False, True]
+    assert latch.term is not first and latch.is_leader
+    late = latch.leadership_events()  # a later stream starts with the current state
+    assert await take(late, 1) == [True]
+    await latch.aclose()
+    assert [item async for item in leading] == [False]  # the step-down, then the end
+    assert [item async for item in late] == [False]
+    assert flags == [True, False, True, False]  # the listeners got the same changes
+    assert await etcd_client.count(path + "/") == 0
+
+
+async def test_breaking_out_of_leadership_events_unregisters(etcd_client, etcd_prefix):
+    path = etcd_prefix + "election"
+    async with LeaderLatch(etcd_client, path) as latch:
+
+        async def until_leading() -> None:
+            async for is_leader in latch.leadership_events():
+                if is_leader:
+                    break
+
+        await asyncio.wait_for(until_leading(), 10)
+        gc.collect()
+        assert latch._leadership_events.stream_count == 0
+        waiting = asyncio.create_task(anext(latch.leadership_events(), None))
+        await eventually(lambda: latch._leadership_events.stream_count == 1, what="one")
+        waiting.cancel()  # a cancelled consumer: nothing is left registered
+        await asyncio.wait({waiting})
+        del waiting
+        gc.collect()
+        assert latch._leadership_events.stream_count == 0
+
+
+async def test_observer_events_are_bounded_and_unregister(etcd_client, etcd_prefix):
+    path = etcd_prefix + "election"
+    async with LeaderObserver(etcd_client, path) as observer:
+        slow = observer.events(maxsize=2)
+        async for event in observer.events():
+            assert event == Vacated()
+            break
+        gc.collect()
+        assert observer._events.stream_count == 1  # only `slow` is left
+        for i in range(3):  # three changes: `slow` holds the current state and one more
+            async with LeaderLatch(etcd_client, path, client_id=f"n{i}") as latch:
+                assert await latch.await_leadership(timeout=5)
+                await eventually(lambda: observer.current_leader == latch.client_id)
+        assert [await anext(slow), await anext(slow)][0] == Vacated()
+        with pytest.raises(EventStreamOverflowError):
+            await anext(slow)  # reported, never dropped silently
+        assert observer._events.stream_count == 0

@@ -20,7 +20,7 @@ from etcd_recipes import (
     RecipeClosedError,
     get_participants,
 )
-from tests.helpers import eventually
+from tests.helpers import eventually, take
 
 
 async def _keys(client, prefix: str) -> list[str]:
@@ -362,3 +362,23 @@ async def test_misuse(etcd_client, etcd_prefix):
     await selector.aclose()
     with pytest.raises(RecipeClosedError):
         await selector.start()
+
+
+async def test_selector_leadership_events_span_candidacies(etcd_client, etcd_prefix):
+    path = etcd_prefix + "election"
+
+    async def take_leadership(term: LeadershipTerm) -> None:
+        await asyncio.sleep(0.05)
+
+    selector = LeaderSelector(etcd_client, path, take_leadership)
+    leading = selector.leadership_events()
+    flags: list[bool] = []
+    selector.add_leadership_listener(flags.append)
+    assert await take(leading, 1) == [False]
+    for _ in range(2):  # one stream across two candidacies
+        assert await selector.run() is not None
+        assert await take(leading, 2) == [True, False]
+    await selector.aclose()
+    assert [item async for item in leading] == []  # closed while not leading: just the end
+    assert flags == [True, False, True, False]
+    assert await _keys(etcd_client, path + "/") == []

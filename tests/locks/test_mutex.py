@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 
@@ -16,7 +17,7 @@ from etcd_recipes import (
     Op,
     RecipeClosedError,
 )
-from tests.helpers import eventually
+from tests.helpers import eventually, first_item_then_break, take
 
 from .helpers import keys, lease_alive, lease_of, queued
 
@@ -288,3 +289,43 @@ async def test_bad_arguments(etcd_client, etcd_prefix):
         with pytest.raises(ValueError):
             await mutex.acquire(timeout=bad)
     await mutex.aclose()
+
+
+async def test_lock_lost_events_yield_each_loss_in_order(etcd_client, etcd_prefix):
+    path = etcd_prefix + "m"
+    mutex = DistributedMutex(etcd_client, path)
+    losses = mutex.lock_lost_events()
+    causes: list[object] = []
+    mutex.add_lock_lost_listener(causes.append)
+    # First loss: the lease is revoked out of band.
+    assert await mutex.acquire()
+    await etcd_client.lease_revoke(mutex.hold.lease_id)
+    [first] = await take(losses, 1)
+    assert await mutex.release() is False
+    # Second loss: the key is deleted out of band (the lease lives on).
+    assert await mutex.acquire(timeout=5)
+    await etcd_client.delete(f"{path}/{mutex.hold.lease_id:x}")
+    [second] = await take(losses, 1)
+    assert await mutex.release() is False
+    await eventually(lambda: len(causes) == 2, what="the listeners")
+    assert [first, second] == causes  # what the listeners get, in the same order
+    assert isinstance(first, BaseException) and first is not second
+    assert isinstance(second, LockLostError) and "deleted" in str(second)
+    # A consumer that breaks out (or is cancelled) unregisters its stream.
+    broke = asyncio.create_task(first_item_then_break(mutex.lock_lost_events()))
+    cancelled = asyncio.create_task(first_item_then_break(mutex.lock_lost_events()))
+    await eventually(lambda: mutex._lost_events.stream_count == 3, what="registered")
+    assert await mutex.acquire(timeout=5)
+    await etcd_client.lease_revoke(mutex.hold.lease_id)
+    assert await asyncio.wait_for(broke, 10) is not None
+    cancelled.cancel()
+    await asyncio.wait({cancelled})
+    del broke, cancelled
+    gc.collect()
+    assert mutex._lost_events.stream_count == 1
+    assert await mutex.release() is False
+    # aclose() ends the iteration after the buffered loss; nothing is left in etcd.
+    await mutex.aclose()
+    assert len([cause async for cause in losses]) == 1
+    assert mutex._lost_events.stream_count == 0
+    assert await keys(etcd_client, path + "/") == []

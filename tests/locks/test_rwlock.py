@@ -4,11 +4,12 @@ readers), downgrade works, upgrade raises, loss cancels the body, the prefix qui
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 
 from etcd_recipes import DistributedReadWriteLock, LockLostError, LockUpgradeError, Op
-from tests.helpers import eventually
+from tests.helpers import eventually, first_item_then_break, take
 
 from .helpers import keys, queued
 
@@ -128,3 +129,30 @@ async def test_sibling_prefix_does_not_conflict(etcd_client, etcd_prefix):
         await a.write_lock.release()
     await a.aclose()
     await ab.aclose()
+
+
+async def test_each_side_streams_its_own_losses(etcd_client, etcd_prefix, rws):
+    rw = rws()
+    read_losses = rw.read_lock.lock_lost_events()
+    write_losses = rw.write_lock.lock_lost_events()
+    causes: list[object] = []
+    rw.write_lock.add_lock_lost_listener(causes.append)
+    assert await rw.write_lock.acquire()
+    await etcd_client.lease_revoke(rw.write_lock.hold.lease_id)
+    [cause] = await take(write_losses, 1)
+    await eventually(lambda: causes == [cause], what="the listener")
+    assert read_losses.buffered == 0  # the read side lost nothing
+    assert await rw.write_lock.release() is False
+    broke = asyncio.create_task(first_item_then_break(rw.read_lock.lock_lost_events()))
+    await eventually(lambda: rw.read_lock._lost_events.stream_count == 2, what="registered")
+    assert await rw.read_lock.acquire(timeout=5)
+    await etcd_client.lease_revoke(rw.read_lock.hold.lease_id)
+    assert isinstance(await asyncio.wait_for(broke, 10), BaseException)
+    del broke
+    gc.collect()
+    assert rw.read_lock._lost_events.stream_count == 1
+    assert await rw.read_lock.release() is False
+    await rw.aclose()  # ends both sides' streams
+    assert len([c async for c in read_losses]) == 1
+    assert [c async for c in write_losses] == []
+    assert await keys(etcd_client, etcd_prefix + "rw/") == []

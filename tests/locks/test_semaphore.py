@@ -4,6 +4,7 @@ count and its mismatch error, instance-owned permits, permit loss, timeouts."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 
 import anyio
@@ -20,7 +21,7 @@ from etcd_recipes import (
     PermitLostError,
     SemaphorePermitMismatchError,
 )
-from tests.helpers import eventually
+from tests.helpers import eventually, first_item_then_break, take
 
 from .helpers import keys, queued
 
@@ -183,3 +184,29 @@ async def test_a_waiter_behind_a_released_waiter_is_not_stranded(etcd_client, et
     await c.release()
     for s in (holder, a, b, c):
         await s.aclose()
+
+
+async def test_permit_lost_events_yield_each_loss_and_end_on_close(etcd_client, etcd_prefix):
+    path = etcd_prefix + "sem"
+    sem = DistributedSemaphore(etcd_client, path, 2)
+    losses = sem.permit_lost_events()
+    causes: list[object] = []
+    sem.add_permit_lost_listener(causes.append)
+    for _ in range(2):  # two losses, one after the other
+        assert await sem.acquire(timeout=5)
+        await etcd_client.lease_revoke(sem.hold.lease_id)
+        await eventually(lambda: sem.held_permits == 0, what="the loss to be noticed")
+        assert await sem.release() is False
+    got = await take(losses, 2)
+    await eventually(lambda: len(causes) == 2, what="the listeners")
+    assert got == causes and got[0] is not got[1]
+    broke = asyncio.create_task(first_item_then_break(sem.permit_lost_events()))
+    await eventually(lambda: sem._lost_events.stream_count == 2, what="registered")
+    broke.cancel()
+    await asyncio.wait({broke})
+    del broke
+    gc.collect()
+    assert sem._lost_events.stream_count == 1
+    await sem.aclose()
+    assert [c async for c in losses] == []
+    assert await keys(etcd_client, path + "/holders/") == []

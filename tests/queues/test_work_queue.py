@@ -5,6 +5,7 @@ closing, SIGKILLed consumers, codecs and bad input."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import re
@@ -31,7 +32,7 @@ from etcd_recipes import (
     connect,
 )
 from etcd_recipes.metrics import EtcdMetrics
-from tests.helpers import eventually
+from tests.helpers import eventually, first_item_then_break, take
 from tests.queues.helpers import keys, server_leases, spawn
 
 FAST = WorkQueueConfig(visibility_timeout=1, max_deliveries=5, sweep_interval=0.3)
@@ -466,3 +467,30 @@ async def test_random_crashes_lose_nothing(etcd_client, etcd_prefix):
     assert await keys(etcd_client, path + "/claims/") == []
     assert await keys(etcd_client, path + "/claimed/") == []
     assert await keys(etcd_client, path + "/items/") == []
+
+
+async def test_lease_events_report_claim_loss_and_end_on_close(etcd_client, etcd_prefix):
+    path = etcd_prefix + "wq"
+    config = WorkQueueConfig(visibility_timeout=2, sweep_interval=0.2)
+    consumer = DistributedWorkQueue(etcd_client, path, config)
+    events = consumer.lease_events()
+    await consumer.enqueue(b"job")
+    item = await consumer.receive()
+    lost_lease = consumer.lease_id
+    await etcd_client.lease_revoke(lost_lease)
+    expired, restored = await take(events, 2)
+    assert isinstance(expired, LeaseExpired) and expired.lease_id == lost_lease
+    assert isinstance(restored, LeaseRestored) and restored.old_lease_id == lost_lease
+    assert await item.ack() is False
+    # Breaking out unregisters.
+    consumer_task = asyncio.create_task(first_item_then_break(consumer.lease_events()))
+    await eventually(lambda: consumer._lease_events.stream_count == 2, what="registered")
+    consumer_task.cancel()
+    await asyncio.wait({consumer_task})
+    del consumer_task
+    gc.collect()
+    assert consumer._lease_events.stream_count == 1
+    await consumer.aclose()
+    assert [e async for e in events] == []  # closing ends the iteration
+    assert consumer._lease_events.stream_count == 0
+    assert await etcd_client.count(path + "/claims/") == 0

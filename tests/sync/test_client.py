@@ -16,6 +16,7 @@ from etcd_recipes.sync import (
     AcquisitionLease,
     ClientClosedError,
     Cmp,
+    ConnectionState,
     ElectionLeaderKey,
     EmptyKeyError,
     EtcdClient,
@@ -381,6 +382,36 @@ def _close(c: EtcdClient, p: str, r: pytest.FixtureRequest) -> str:
         c.get(p + "k")
     c.close()  # idempotent
     return "aclose"
+
+
+@case("connection_state")
+def _connection_state(c: EtcdClient, p: str, r: pytest.FixtureRequest) -> str:
+    assert c.connection_state is ConnectionState.CONNECTED
+    return "<lambda>"
+
+
+@case("connection_states")
+def _connection_states(c: EtcdClient, p: str, r: pytest.FixtureRequest) -> str:
+    with c.connection_states() as states:
+        assert next(states) is ConnectionState.CONNECTED
+    assert list(states) == []  # closed by `with`
+    return "connection_states"
+
+
+@case("add_connection_state_listener")
+def _add_connection_state_listener(c: EtcdClient, p: str, r: pytest.FixtureRequest) -> str:
+    c.add_connection_state_listener(print)
+    assert len(c._a._conn.listeners) == 1
+    c.remove_connection_state_listener(print)
+    return "add_connection_state_listener"
+
+
+@case("remove_connection_state_listener")
+def _remove_connection_state_listener(c: EtcdClient, p: str, r: pytest.FixtureRequest) -> str:
+    c.add_connection_state_listener(print)
+    c.remove_connection_state_listener(print)  # the same wrapper is found and removed
+    assert len(c._a._conn.listeners) == 0
+    return "remove_connection_state_listener"
 
 
 @case("__enter__")

@@ -35,6 +35,7 @@ DOC_REWRITES: list[tuple[str, str]] = [
     # the language: examples become blocking code that runs in a plain thread
     ("``async with``", "``with``"),
     ("An async ", "A blocking "),
+    ("as an async iterator", "as a blocking iterator"),
     ("async context manager", "context manager"),
     ("async with ", "with "),
     ("async for ", "for "),

@@ -8,11 +8,13 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from etcd_recipes._core import lease as _async
+from etcd_recipes._core.streams import DEFAULT_STREAM_BUFFER
 from etcd_recipes.events import LeaseEvent
 from etcd_recipes.resilience import LeaseResilience
 from etcd_recipes.sync._twin import SyncTwin
 
 if TYPE_CHECKING:
+    from etcd_recipes.sync._core.streams import EventStream
     from etcd_recipes.sync.client import EtcdClient
 
 __all__ = ["AcquisitionLease", "SelfHealingLease"]
@@ -94,6 +96,27 @@ class AcquisitionLease(SyncTwin, twin_of=_async.AcquisitionLease):
     def remove_listener(self, listener: Callable[[LeaseEvent], Any]) -> None:
         """Stop calling ``listener``."""
         self._rt.call_sync(self._a.remove_listener, self._rt.listener(listener))
+
+    def events(self, maxsize: int = DEFAULT_STREAM_BUFFER) -> EventStream[LeaseEvent]:
+        """Every later :data:`~etcd_recipes.events.LeaseEvent` of this lease (what the
+        listeners get), as a blocking iterator that ends when the lease is revoked or closed.
+
+        Bounded by ``maxsize``: a consumer that falls that far behind gets
+        :class:`~etcd_recipes.errors.EventStreamOverflowError` after the buffered events.
+        Breaking out of the loop unregisters it.
+
+        Example::
+
+            from etcd_recipes.sync import LeaseExpired
+
+            with client.lease(ttl=2) as lease:
+                events = lease.events()
+                client.lease_revoke(lease.id)  # out of band: the lease is lost
+                assert isinstance(next(events), LeaseExpired)
+        """
+        value = self._rt.call_sync(self._a.events, maxsize)
+        result: EventStream[LeaseEvent] = self._twin(value)
+        return result
 
     @property
     def ttl(self) -> int:
@@ -196,6 +219,27 @@ class SelfHealingLease(SyncTwin, twin_of=_async.SelfHealingLease):
     def remove_listener(self, listener: Callable[[LeaseEvent], Any]) -> None:
         """Stop calling ``listener``."""
         self._rt.call_sync(self._a.remove_listener, self._rt.listener(listener))
+
+    def events(self, maxsize: int = DEFAULT_STREAM_BUFFER) -> EventStream[LeaseEvent]:
+        """Every later :data:`~etcd_recipes.events.LeaseEvent` of this lease (what the
+        listeners get), as a blocking iterator that ends when the lease is revoked or closed.
+
+        Bounded by ``maxsize``: a consumer that falls that far behind gets
+        :class:`~etcd_recipes.errors.EventStreamOverflowError` after the buffered events.
+        Breaking out of the loop unregisters it.
+
+        Example::
+
+            from etcd_recipes.sync import LeaseExpired
+
+            with client.lease(ttl=2) as lease:
+                events = lease.events()
+                client.lease_revoke(lease.id)  # out of band: the lease is lost
+                assert isinstance(next(events), LeaseExpired)
+        """
+        value = self._rt.call_sync(self._a.events, maxsize)
+        result: EventStream[LeaseEvent] = self._twin(value)
+        return result
 
     @property
     def ttl(self) -> int:

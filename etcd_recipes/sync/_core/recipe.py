@@ -134,7 +134,7 @@ class Recipe(SyncTwin, twin_of=_async.Recipe):
         self._rt.call_sync(self._a.remove_connection_state_listener, self._rt.listener(listener))
 
     def connection_states(self) -> EventStream[ConnectionState]:
-        """The connection state now, then each change, as an async iterator.
+        """The connection state now, then each change, as a blocking iterator.
 
         Conflated: a consumer that falls behind skips to the newest state (it never
         overflows). Breaking out of the loop unregisters it.
@@ -155,7 +155,7 @@ class Recipe(SyncTwin, twin_of=_async.Recipe):
     def background_exceptions(
         self, maxsize: int = DEFAULT_STREAM_BUFFER
     ) -> EventStream[BackgroundException]:
-        """Each background failure recorded from now on, as an async iterator (bounded by
+        """Each background failure recorded from now on, as a blocking iterator (bounded by
         ``maxsize``; see :class:`~etcd_recipes.EventStream`).
 
         Example::

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from etcd_recipes._core.streams import DEFAULT_STREAM_BUFFER
 from etcd_recipes._core.txn import AnyOp, Compare
 from etcd_recipes.election import latch as _async
 from etcd_recipes.election.terms import DEFAULT_TTL, LeadershipTerm, Participant
@@ -13,6 +14,7 @@ from etcd_recipes.sync._core.recipe import Recipe
 from etcd_recipes.types import TxnResult
 
 if TYPE_CHECKING:
+    from etcd_recipes.sync._core.streams import EventStream
     from etcd_recipes.sync.client import EtcdClient
 
 __all__ = ["LeaderLatch"]
@@ -128,6 +130,30 @@ class LeaderLatch(Recipe, twin_of=_async.LeaderLatch):
     def remove_leadership_listener(self, listener: Callable[[bool], Any]) -> None:
         """Stop calling ``listener``."""
         self._rt.call_sync(self._a.remove_leadership_listener, self._rt.listener(listener))
+
+    def leadership_events(self, maxsize: int = DEFAULT_STREAM_BUFFER) -> EventStream[bool]:
+        """Whether this instance leads now, then each change -- a plain ``bool``, ``True`` on
+        winning a term and ``False`` on stepping down, exactly what the leadership listeners
+        get -- as a blocking iterator that ends when the instance is closed.
+
+        Not conflated (every term shows as a ``True`` then a ``False``), bounded by ``maxsize``
+        (see :class:`~etcd_recipes.EventStream`). Breaking out of the loop unregisters it.
+
+        Example::
+
+            from etcd_recipes.sync import LeaderLatch
+
+            latch = LeaderLatch(client, f"{prefix}/election")
+            leading = latch.leadership_events()
+            assert next(leading) is False  # not started: not leading
+            latch.start()
+            assert next(leading) is True  # won the term
+            latch.close()  # steps down: the last item is False, then the stream ends
+            assert [item for item in leading] == [False]
+        """
+        value = self._rt.call_sync(self._a.leadership_events, maxsize)
+        result: EventStream[bool] = self._twin(value)
+        return result
 
     @property
     def lease_ttl(self) -> int:

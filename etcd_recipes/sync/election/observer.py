@@ -6,12 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from etcd_recipes._core.streams import DEFAULT_STREAM_BUFFER
 from etcd_recipes.election import observer as _async
 from etcd_recipes.election.terms import LeadershipEvent
 from etcd_recipes.sync._core.recipe import Recipe
 from etcd_recipes.sync._twin import SyncIterator
 
 if TYPE_CHECKING:
+    from etcd_recipes.sync._core.streams import EventStream
     from etcd_recipes.sync.client import EtcdClient
 
 __all__ = ["LeaderObserver", "leadership_events"]
@@ -65,10 +67,12 @@ class LeaderObserver(Recipe, twin_of=_async.LeaderObserver):
         """Stop calling ``listener``."""
         self._rt.call_sync(self._a.remove_listener, self._rt.listener(listener))
 
-    def events(self) -> Iterator[LeadershipEvent]:
+    def events(self, maxsize: int = DEFAULT_STREAM_BUFFER) -> EventStream[LeadershipEvent]:
         """The current state, then every change, until the observer is closed.
 
-        Raises :class:`~etcd_recipes.errors.WatchFailedError` if the watch gave up.
+        Bounded by ``maxsize`` (see :class:`~etcd_recipes.EventStream`); breaking out of the
+        loop unregisters it. Raises :class:`~etcd_recipes.errors.WatchFailedError` (after the
+        states it buffered) if the watch gave up.
 
         Example::
 
@@ -80,8 +84,8 @@ class LeaderObserver(Recipe, twin_of=_async.LeaderObserver):
                         if isinstance(event, Elected) and event.leader == "me":
                             break
         """
-        value = self._rt.call_sync(self._a.events)
-        result: Iterator[LeadershipEvent] = SyncIterator(self._rt, value)
+        value = self._rt.call_sync(self._a.events, maxsize)
+        result: EventStream[LeadershipEvent] = self._twin(value)
         return result
 
 

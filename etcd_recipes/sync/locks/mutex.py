@@ -8,6 +8,7 @@ from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
+from etcd_recipes._core.streams import DEFAULT_STREAM_BUFFER
 from etcd_recipes._core.txn import AnyOp, Compare
 from etcd_recipes.locks import mutex as _async
 from etcd_recipes.locks.hold import DEFAULT_TTL, LockLostListener
@@ -16,6 +17,7 @@ from etcd_recipes.sync._twin import SyncContextManager
 from etcd_recipes.types import TxnResult
 
 if TYPE_CHECKING:
+    from etcd_recipes.sync._core.streams import EventStream
     from etcd_recipes.sync.client import EtcdClient
     from etcd_recipes.sync.locks.hold import LockHold
 
@@ -235,3 +237,26 @@ class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
     def remove_lock_lost_listener(self, listener: LockLostListener) -> None:
         """Stop calling ``listener``."""
         self._rt.call_sync(self._a.remove_lock_lost_listener, self._rt.listener(listener))
+
+    def lock_lost_events(
+        self, maxsize: int = DEFAULT_STREAM_BUFFER
+    ) -> EventStream[BaseException | None]:
+        """The cause (or ``None``) of each later loss of a hold of this lock -- what the
+        lock-lost listeners get -- as a blocking iterator that ends when the instance is closed;
+        bounded by ``maxsize`` (see :class:`~etcd_recipes.EventStream`).
+
+        Example::
+
+            from etcd_recipes.sync import DistributedMutex
+
+            mutex = DistributedMutex(client, f"{prefix}/lock")
+            losses = mutex.lock_lost_events()
+            mutex.acquire()
+            client.lease_revoke(mutex.hold.lease_id)  # out of band: the hold is lost
+            print("lost:", next(losses))  # the cause, e.g. a LeaseNotFoundError
+            mutex.release()  # False: it had been lost
+            mutex.close()
+        """
+        value = self._rt.call_sync(self._a.lock_lost_events, maxsize)
+        result: EventStream[BaseException | None] = self._twin(value)
+        return result

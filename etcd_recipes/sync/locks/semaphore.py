@@ -7,6 +7,7 @@ from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
+from etcd_recipes._core.streams import DEFAULT_STREAM_BUFFER
 from etcd_recipes.locks import semaphore as _async
 from etcd_recipes.locks.hold import DEFAULT_TTL
 from etcd_recipes.locks.semaphore import PermitLostListener
@@ -14,6 +15,7 @@ from etcd_recipes.sync._core.recipe import Recipe
 from etcd_recipes.sync._twin import SyncContextManager
 
 if TYPE_CHECKING:
+    from etcd_recipes.sync._core.streams import EventStream
     from etcd_recipes.sync.client import EtcdClient
     from etcd_recipes.sync.locks.hold import LockHold
 
@@ -101,6 +103,28 @@ class DistributedSemaphore(Recipe, twin_of=_async.DistributedSemaphore):
     def remove_permit_lost_listener(self, listener: PermitLostListener) -> None:
         """Stop calling ``listener``."""
         self._rt.call_sync(self._a.remove_permit_lost_listener, self._rt.listener(listener))
+
+    def permit_lost_events(
+        self, maxsize: int = DEFAULT_STREAM_BUFFER
+    ) -> EventStream[BaseException | None]:
+        """The cause (or ``None``) of each later loss of a permit of this instance -- what the
+        permit-lost listeners get -- as a blocking iterator that ends when the instance is
+        closed; bounded by ``maxsize`` (see :class:`~etcd_recipes.EventStream`).
+
+        Example::
+
+            from etcd_recipes.sync import DistributedSemaphore
+
+            semaphore = DistributedSemaphore(client, f"{prefix}/uploads", permits=2)
+            losses = semaphore.permit_lost_events()
+            semaphore.acquire()
+            client.lease_revoke(semaphore.hold.lease_id)  # out of band: the permit goes
+            print("lost:", next(losses))  # the cause, e.g. a LeaseNotFoundError
+            semaphore.close()
+        """
+        value = self._rt.call_sync(self._a.permit_lost_events, maxsize)
+        result: EventStream[BaseException | None] = self._twin(value)
+        return result
 
     def acquire(self, timeout: float | None = None) -> bool:
         """Take a permit; False if ``timeout`` seconds pass first (nothing is left queued).

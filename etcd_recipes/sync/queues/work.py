@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Generic, overload
 
 from typing_extensions import TypeVar
 
+from etcd_recipes._core.streams import DEFAULT_STREAM_BUFFER
 from etcd_recipes.codecs import Codec
 from etcd_recipes.events import LeaseEvent
 from etcd_recipes.queues import work as _async
@@ -16,6 +17,7 @@ from etcd_recipes.queues.dead_letters import DeadLetter
 from etcd_recipes.sync._core.recipe import Recipe
 
 if TYPE_CHECKING:
+    from etcd_recipes.sync._core.streams import EventStream
     from etcd_recipes.sync.client import EtcdClient
     from etcd_recipes.sync.queues.item import WorkItem
 
@@ -152,10 +154,9 @@ class DistributedWorkQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedWo
     def add_lease_listener(self, listener: Callable[[LeaseEvent], Any]) -> None:
         """Call ``listener`` with each consumer-lease event.
 
-        ``LeaseExpired`` means every outstanding claim of this consumer is gone (the items are
-        reclaimable, their ``ack()`` returns ``False``) even though the lease then heals
-        (``LeaseRestored``) for future claims; ``LeaseFailed`` means healing gave up (the next
-        claim takes a new lease).
+        ``LeaseExpired``: every outstanding claim of this consumer is gone (items reclaimable,
+        ``ack()`` returns ``False``) though the lease then heals (``LeaseRestored``) for future
+        claims; ``LeaseFailed``: healing gave up (the next claim takes a new lease).
 
         Example::
 
@@ -169,6 +170,20 @@ class DistributedWorkQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedWo
     def remove_lease_listener(self, listener: Callable[[LeaseEvent], Any]) -> None:
         """Stop calling ``listener``."""
         self._rt.call_sync(self._a.remove_lease_listener, self._rt.listener(listener))
+
+    def lease_events(self, maxsize: int = DEFAULT_STREAM_BUFFER) -> EventStream[LeaseEvent]:
+        """The lease listeners' events as a blocking iterator, until ``close()`` (bounded).
+
+        Example::
+
+            from etcd_recipes.sync import DistributedWorkQueue
+
+            with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
+                print(queue.lease_events().buffered)  # 0: no claim yet, no consumer lease
+        """
+        value = self._rt.call_sync(self._a.lease_events, maxsize)
+        result: EventStream[LeaseEvent] = self._twin(value)
+        return result
 
     def dead_letters(self) -> list[DeadLetter[ValueT]]:
         """The dead-lettered items, oldest id first (one read).

@@ -1,0 +1,156 @@
+"""The client's connection state, followed from its gRPC channel's connectivity.
+
+The watcher task keeps the channel connecting (``get_state(try_to_connect=True)``) and maps:
+
+* ``TRANSIENT_FAILURE`` (no endpoint accepts a connection, or an open one failed) ->
+  ``SUSPENDED``;
+* ``READY`` after that -> ``RECONNECTED``;
+* ``IDLE`` and ``CONNECTING`` -> no change (they are steps of a reconnect, or gRPC's own idle
+  timeout, not failures).
+
+Not guaranteed: a stopped server is seen at once, but a hung or partitioned one only while a
+call, watch or keep-alive keeps the channel busy (the keepalive pings detect it within
+``keepalive_time + keepalive_timeout``; etcd rejects pings on an idle connection, so none are
+sent then). ``LOST`` is never reported: the client has no session to lose -- leases and holds
+are lost per recipe, which reports that itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from ..events import ConnectionState
+from .listeners import ListenerSet
+from .streams import Broadcast, EventStream
+
+if TYPE_CHECKING:
+    from ..client import EtcdClient
+
+__all__ = ["ChannelState", "ClientStateListener", "ConnectionStateCalls"]
+
+log = logging.getLogger("etcd_recipes.client")
+
+ClientStateListener = Callable[[ConnectionState, ConnectionState], Any]
+"""Called as ``listener(new_state, previous_state)``."""
+
+_FAILURE = grpc.ChannelConnectivity.TRANSIENT_FAILURE
+_READY = grpc.ChannelConnectivity.READY
+
+
+class ChannelState:
+    """One client's connection state, its listeners and streams, and the channel watcher."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self.state = ConnectionState.CONNECTED
+        self.listeners = ListenerSet("client-connection-state")
+        self._stream: Broadcast[ConnectionState] = Broadcast(
+            "client-connection-state", current=lambda: self.state
+        )
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def stream_count(self) -> int:
+        return self._stream.stream_count
+
+    def stream(self) -> EventStream[ConnectionState]:
+        return self._stream.stream(1, conflate=True)
+
+    def start(self, channel: Any) -> None:
+        self._task = asyncio.get_running_loop().create_task(
+            self._watch(channel), name="etcd-recipes-channel-state"
+        )
+
+    async def aclose(self) -> None:
+        """Stop the watcher and end every stream (the listeners stay, and hear nothing)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait({task})
+        await self._stream.aclose()
+
+    async def _watch(self, channel: Any) -> None:
+        try:
+            while True:
+                connectivity = channel.get_state(try_to_connect=True)
+                if connectivity is grpc.ChannelConnectivity.SHUTDOWN:
+                    return
+                if connectivity is _FAILURE:
+                    self._set(ConnectionState.SUSPENDED)
+                elif connectivity is _READY and self.state is ConnectionState.SUSPENDED:
+                    self._set(ConnectionState.RECONNECTED)
+                await channel.wait_for_state_change(connectivity)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # pragma: no cover - grpc failed to report
+            log.warning("%s: watching the channel state failed: %r", self._name, exc)
+
+    def _set(self, new: ConnectionState) -> None:
+        old, self.state = self.state, new
+        if old is new:
+            return
+        log.info("%s: connection state %s -> %s", self._name, old.value, new.value)
+        self.listeners.emit(new, old)
+        self._stream.publish(new)
+
+
+class ConnectionStateCalls:
+    """The connection-state surface of :class:`~etcd_recipes.EtcdClient` (its base class),
+    kept here so that ``client.py`` stays readable. Not public."""
+
+    def _me(self) -> EtcdClient:
+        return self  # type: ignore[return-value]  # only ever a base of EtcdClient
+
+    @property
+    def connection_state(self) -> ConnectionState:
+        """``CONNECTED`` once :meth:`open` got an answer, ``SUSPENDED`` while no server can
+        be reached, ``RECONNECTED`` when one can again (see :meth:`connection_states`)."""
+        return self._me()._conn.state
+
+    def add_connection_state_listener(self, listener: ClientStateListener) -> None:
+        """Call ``listener(new_state, previous_state)`` once per change of
+        :attr:`connection_state` (Curator's connection-state listener); may be added before
+        :meth:`open`.
+
+        Example::
+
+            from etcd_recipes import ConnectionState, connect
+
+            def on_change(new: ConnectionState, old: ConnectionState) -> None:
+                print(f"etcd connection: {old.value} -> {new.value}")
+
+            app = connect(endpoints)
+            app.add_connection_state_listener(on_change)  # before open(): sees every change
+            async with app:
+                assert app.connection_state is ConnectionState.CONNECTED
+            app.remove_connection_state_listener(on_change)
+        """
+        self._me()._conn.listeners.add(listener)
+
+    def remove_connection_state_listener(self, listener: ClientStateListener) -> None:
+        """Stop calling ``listener``."""
+        self._me()._conn.listeners.remove(listener)
+
+    def connection_states(self) -> EventStream[ConnectionState]:
+        """The connection state now, then each change, as an async iterator that ends when the
+        client is closed; conflated (a consumer that falls behind skips to the newest state).
+
+        It follows the gRPC channel (kept connecting): a failed or refused connection is
+        ``SUSPENDED``, ready again is ``RECONNECTED``. A hung server is noticed only while
+        calls, watches or leases keep the channel busy (keepalive pings); ``LOST`` is never
+        reported (leases and holds are lost per recipe, which reports it).
+
+        Example::
+
+            from etcd_recipes import ConnectionState
+
+            async with client.connection_states() as states:
+                assert await anext(states) is ConnectionState.CONNECTED
+        """
+        self._me()._check()
+        return self._me()._conn.stream()
