@@ -66,7 +66,7 @@ def check_order(batches: list[CacheBatch[Any]]) -> None:
     for batch in batches:
         if batch.is_marker:
             continue
-        assert batch.revision > last or batch.kind is BatchKind.INITIAL and last == 0, (
+        assert batch.revision > last or (batch.kind is BatchKind.INITIAL and last == 0), (
             f"batch at {batch.revision} after {last}"
         )
         last = batch.revision

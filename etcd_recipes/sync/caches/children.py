@@ -103,7 +103,7 @@ class PathChildrenCache(Recipe, Generic[ValueT], twin_of=_async.PathChildrenCach
     def events(
         self, maxsize: int = DEFAULT_STREAM_BUFFER
     ) -> EventStream[PathChildrenCacheEvent[ValueT]]:
-        """Every later event, as an async iterator (bounded; see
+        """Every later event, as a blocking iterator (bounded; see
         :class:`~etcd_recipes.EventStream`). Take it before ``start()`` to see
         ``INITIALIZED``."""
         value = self._rt.call_sync(self._a.events, maxsize)

@@ -80,7 +80,7 @@ class NodeCache(Recipe, Generic[ValueT], twin_of=_async.NodeCache):
         return self._rt.call_sync(lambda: self._a.revision)
 
     def events(self, maxsize: int = DEFAULT_STREAM_BUFFER) -> EventStream[NodeCacheEvent[ValueT]]:
-        """Every later change, as an async iterator (bounded; see
+        """Every later change, as a blocking iterator (bounded; see
         :class:`~etcd_recipes.EventStream`)."""
         value = self._rt.call_sync(self._a.events, maxsize)
         result: EventStream[NodeCacheEvent[ValueT]] = self._twin(value)

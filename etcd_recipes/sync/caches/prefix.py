@@ -92,7 +92,7 @@ class PrefixCache(Recipe, Generic[ValueT], twin_of=_async.PrefixCache):
         return self._rt.call_sync(lambda: self._a.resync_count)
 
     def events(self, maxsize: int = DEFAULT_STREAM_BUFFER) -> EventStream[CacheBatch[ValueT]]:
-        """The batches, as an async iterator (bounded by ``maxsize`` batches; see
+        """The batches, as a blocking iterator (bounded by ``maxsize`` batches; see
         :class:`~etcd_recipes.EventStream`). It starts with an ``INITIAL`` batch: the load's,
         or -- once loaded -- the content at the current revision; then every later change.
 
