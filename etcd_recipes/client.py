@@ -45,7 +45,7 @@ from ._core.lifecycle import misuse_error, verify
 from ._core.rpc import AuthManager, RpcRunner
 from ._core.services import ServiceCalls
 from ._core.txn import AnyOp, Compare
-from ._core.validate import check_ttl
+from ._core.validate import check_timeout, check_ttl
 from ._core.watch import ResyncHook, Watch
 from ._core.watch_hub import WatchHub
 from ._core.wire import Wire
@@ -77,9 +77,8 @@ _UNSET: Any = ...
 class EtcdClient(ServiceCalls, ConnectionStateCalls):
     """An async etcd v3 client. Create it with :func:`connect` and use it as ``async with``.
 
-    Keys accept ``str`` (UTF-8) or ``bytes``; values too. Results are small dataclasses from
-    :mod:`etcd_recipes.types`. Every unary call takes ``timeout=`` (seconds per attempt,
-    overriding the resilience config).
+    Keys and values are ``str`` (UTF-8) or ``bytes``; results are small dataclasses from
+    :mod:`etcd_recipes.types`. Unary calls take ``timeout=`` (seconds per attempt).
 
     Example::
 
@@ -343,7 +342,7 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
 
     async def count(self, prefix: bytes | str, *, timeout: float | None = _UNSET) -> int:
         """How many keys start with ``prefix`` (one count-only RPC)."""
-        return (await self.range(prefix, prefix=True, count_only=True, timeout=timeout)).count
+        return (await self.get_prefix(prefix, count_only=True, timeout=timeout)).count
 
     async def put(
         self,
@@ -509,11 +508,10 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
     ) -> Watch:
         """Watch a key, a prefix or a range; use as ``async with`` and iterate.
 
-        ``start_revision`` replays history from that revision (``0``: from now). Anchor at a
-        read's ``revision + 1`` to miss nothing between the read and the watch. ``resync`` is
-        called when the needed history was compacted: re-read the state and return the
-        revision to continue from; without it, a compaction raises
-        :class:`~etcd_recipes.errors.CompactedError`.
+        ``start_revision`` replays history from that revision (``0``: from now); anchor at a
+        read's ``revision + 1`` to miss nothing in between. ``resync`` is called when the
+        needed history was compacted: re-read the state, return the revision to continue
+        from; without it a compaction raises :class:`~etcd_recipes.errors.CompactedError`.
 
         Example::
 
@@ -525,7 +523,6 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         """
         if start_revision < 0:
             raise InvalidArgumentError("start_revision must be >= 0")
-        display = key_bytes(key)
         k = self._k(key)
         return Watch(
             self._watch_hub,
@@ -537,7 +534,7 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
             no_delete=no_delete,
             resync=resync,
             resilience=resilience or self._resilience.watch,
-            display_key=display,
+            display_key=key_bytes(key),
         )
 
     def request_progress(self) -> None:
@@ -583,8 +580,7 @@ def connect(
     """
     if (user is None) != (password is None):
         raise InvalidArgumentError("give both user= and password=, or neither")
-    if not connect_timeout > 0:
-        raise InvalidArgumentError("connect_timeout must be > 0")
+    check_timeout(connect_timeout, what="connect_timeout", optional=False)
     spec = ChannelSpec.create(
         endpoints,
         ca_cert=ca_cert,

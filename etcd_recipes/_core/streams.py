@@ -213,8 +213,9 @@ class _Dispatcher(Generic[T]):
 class Broadcast(Generic[T]):
     """Fan one producer's items out to bounded :class:`EventStream` s and ordered listeners.
 
-    ``current`` (optional) gives the item a *new* stream or listener starts with -- the present
-    state (``None``: nothing to start with yet).
+    ``current`` (optional) gives the item a *new* stream starts with -- the present state
+    (``None``: nothing to start with yet); with ``listeners_start_current``, new listeners
+    start with it too.
     """
 
     def __init__(
@@ -223,10 +224,12 @@ class Broadcast(Generic[T]):
         on_error: _ErrorSink | None = None,
         *,
         current: Callable[[], T | None] | None = None,
+        listeners_start_current: bool = False,
     ) -> None:
         self.name = name
         self._on_error = on_error
         self._current = current
+        self._listeners_start_current = listeners_start_current
         self._streams: weakref.WeakSet[EventStream[T]] = weakref.WeakSet()
         self._dispatchers: list[_Dispatcher[T]] = []
         self._closed = False
@@ -278,8 +281,9 @@ class Broadcast(Generic[T]):
             self._loop = asyncio.get_running_loop()
         dispatcher = _Dispatcher(listener, self)
         self._dispatchers.append(dispatcher)
-        if self._current is not None and (first := self._current()) is not None:
-            dispatcher.offer(first)
+        if self._listeners_start_current and self._current is not None:
+            if (first := self._current()) is not None:
+                dispatcher.offer(first)
 
     def remove_listener(self, listener: Callable[[T], Any]) -> None:
         """Stop calling ``listener`` (items queued for it are dropped); unknown ones are

@@ -146,7 +146,10 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
         self._loaded = False
         self._changed: asyncio.Event | None = None
         self._batches: Broadcast[CacheBatch[ValueT]] = Broadcast(
-            "cache-events", self._record_listener_error, current=self._current_batch
+            "cache-events",
+            self._record_listener_error,
+            current=self._current_batch,
+            listeners_start_current=True,
         )
         self._cluster_id = 0
         self._resyncs = 0

@@ -43,9 +43,8 @@ __all__ = ["EtcdClient", "connect"]
 class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
     """A blocking etcd v3 client. Create it with :func:`connect` and use it as ``with``.
 
-    Keys accept ``str`` (UTF-8) or ``bytes``; values too. Results are small dataclasses from
-    :mod:`etcd_recipes.types`. Every unary call takes ``timeout=`` (seconds per attempt,
-    overriding the resilience config).
+    Keys and values are ``str`` (UTF-8) or ``bytes``; results are small dataclasses from
+    :mod:`etcd_recipes.types`. Unary calls take ``timeout=`` (seconds per attempt).
 
     Example::
 
@@ -326,11 +325,10 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
     ) -> Watch:
         """Watch a key, a prefix or a range; use as ``with`` and iterate.
 
-        ``start_revision`` replays history from that revision (``0``: from now). Anchor at a
-        read's ``revision + 1`` to miss nothing between the read and the watch. ``resync`` is
-        called when the needed history was compacted: re-read the state and return the
-        revision to continue from; without it, a compaction raises
-        :class:`~etcd_recipes.errors.CompactedError`.
+        ``start_revision`` replays history from that revision (``0``: from now); anchor at a
+        read's ``revision + 1`` to miss nothing in between. ``resync`` is called when the
+        needed history was compacted: re-read the state, return the revision to continue
+        from; without it a compaction raises :class:`~etcd_recipes.errors.CompactedError`.
 
         Example::
 
