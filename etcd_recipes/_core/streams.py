@@ -281,9 +281,9 @@ class Broadcast(Generic[T]):
             self._loop = asyncio.get_running_loop()
         dispatcher = _Dispatcher(listener, self)
         self._dispatchers.append(dispatcher)
-        if self._listeners_start_current and self._current is not None:
-            if (first := self._current()) is not None:
-                dispatcher.offer(first)
+        first = self._current() if self._listeners_start_current and self._current else None
+        if first is not None:
+            dispatcher.offer(first)
 
     def remove_listener(self, listener: Callable[[T], Any]) -> None:
         """Stop calling ``listener`` (items queued for it are dropped); unknown ones are
