@@ -21,6 +21,7 @@ from etcd_recipes.sync import (
     EtcdClient,
     EtcdTimeoutError,
     Op,
+    PrefixCache,
     connect,
     fail_after,
 )
@@ -134,6 +135,26 @@ def watch_scenario(client: EtcdClient, url: str, prefix: str) -> None:
             raise
 
 
+def cache_scenario(client: EtcdClient, url: str, prefix: str) -> None:
+    """Interrupted while iterating a cache's events with ``for``; leaving the ``with`` block
+    closes the cache: its watch is gone from the server."""
+    base = watchers(url)
+    try:
+        with PrefixCache(client, prefix + "cfg/") as cache:
+            stream = cache.events()
+            ready()
+            for _ in stream:
+                pass
+    except KeyboardInterrupt:
+        evidence(
+            scenario="cache",
+            closed=cache.is_closed,
+            watchers_after=watchers_settled(url, base),
+            watchers_before=base,
+        )
+        raise
+
+
 def timeout_scenario(client: EtcdClient, url: str, prefix: str) -> None:
     """``fail_after`` instead of Ctrl-C: same cleanup, then ``EtcdTimeoutError``."""
     with DistributedBarrier(client, prefix + "gate") as setter:
@@ -154,6 +175,7 @@ def timeout_scenario(client: EtcdClient, url: str, prefix: str) -> None:
 
 SCENARIOS = {
     "barrier": barrier_scenario,
+    "cache": cache_scenario,
     "establish": establish_scenario,
     "lease": lease_scenario,
     "timeout": timeout_scenario,

@@ -97,3 +97,9 @@ def test_timeout_bound_call_in_a_process(etcd_server: Any, etcd_prefix: str) -> 
     facts = run_helper("timeout", etcd_server, etcd_prefix, interrupt=False)
     assert 0.45 < facts["waited"] < 5
     assert facts["watchers_after"] == facts["watchers_before"]
+
+
+def test_interrupted_cache_iteration(etcd_server: Any, etcd_prefix: str) -> None:
+    facts = run_helper("cache", etcd_server, etcd_prefix, interrupt=True)
+    assert facts["closed"] is True
+    assert facts["watchers_after"] == facts["watchers_before"]  # the cache's watch is gone
