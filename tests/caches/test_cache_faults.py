@@ -213,3 +213,43 @@ async def test_cancelled_start_leaves_no_watch_or_task(fresh_etcd_server):
         assert cache.get("/s/a") == b"1"
         await cache.aclose()
         await eventually(lambda: c._watch_hub.watcher_count == watches, what="watch gone")
+
+
+@pytest.mark.slow
+async def test_resyncs_stay_bounded_while_history_keeps_being_compacted(fresh_etcd_server):
+    """Calico #4109: a cache whose resume revision is compacted again and again must not
+    re-read in a tight loop. Writes and compactions to the head run every few milliseconds
+    and the cache's connection is cut every 0.2 s, so every reconnect finds its history gone;
+    the jittered backoff bounds the re-reads (a tight loop would make ~20 in 4 s)."""
+    server = fresh_etcd_server
+    proxy = TcpProxy.for_endpoint(server.endpoint).start()
+    try:
+        async with (
+            connect(**server.client_kwargs()) as direct,
+            connect(proxy.url, **FAST) as client,
+        ):
+            await direct.put("/hot/k", b"0")
+            async with PrefixCache(client, "/hot/") as cache:
+                stop = asyncio.Event()
+
+                async def churn() -> None:
+                    i = 0
+                    while not stop.is_set():
+                        i += 1
+                        head = (await direct.put("/hot/k", str(i))).revision
+                        await direct.compact(head)
+                        await asyncio.sleep(0.005)
+
+                churning = asyncio.create_task(churn())
+                for _ in range(20):
+                    await asyncio.sleep(0.2)
+                    await asyncio.to_thread(proxy.cut)
+                stop.set()
+                await churning
+                resyncs_during = cache.resync_count
+                assert 2 <= resyncs_during <= 8, f"{resyncs_during} re-reads in 4 s"
+                last = await direct.put("/hot/k", b"final")
+                await cache.wait_for_revision(last.revision, timeout=60)
+                assert cache.get("/hot/k") == b"final"
+    finally:
+        proxy.stop()
