@@ -38,13 +38,13 @@ class Store(Generic[ValueT]):
         values: bool,
         transform: Transform[ValueT] | None,
         key_filter: KeyFilter | None,
-        on_decode_error: Callable[[str, CodecError], None],
+        on_error: Callable[[str, Exception], None],
     ) -> None:
         self._codec = codec
         self._values = values
         self._transform = transform
         self._filter = key_filter
-        self._on_decode_error = on_decode_error
+        self._on_error = on_error  # (where, exception): recorded by the recipe
         self.entries: dict[str, CacheEntry[ValueT]] = {}
         self.server_count = 0  # keys in the range on the server, filtered-out ones included
         self._indexes: dict[str, tuple[IndexFn[ValueT], dict[Hashable, set[str]]]] = {}
@@ -64,7 +64,7 @@ class Store(Generic[ValueT]):
                 error = exc if isinstance(exc, CodecError) else CodecError(f"{key}: {exc}")
                 if error is not exc:
                     error.__cause__ = exc
-                self._on_decode_error(key, error)
+                self._on_error(f"decode {key}", error)
         return CacheEntry(
             key, value, kv.create_revision, kv.mod_revision, kv.version, kv.lease, error
         )
@@ -239,9 +239,16 @@ class Store(Generic[ValueT]):
     ) -> None:
         if entry.value is None:
             return
-        indexed = fn(key, entry.value)
+        indexed = self._index_value(fn, key, entry.value)
         if indexed is not None:
             by_value.setdefault(indexed, set()).add(key)
+
+    def _index_value(self, fn: IndexFn[ValueT], key: str, value: ValueT) -> Hashable | None:
+        try:
+            return fn(key, value)
+        except Exception as exc:  # a bug in the index function: that key is not indexed
+            self._on_error(f"index {key}", exc)
+            return None
 
     def _put(self, key: str, entry: CacheEntry[ValueT]) -> None:
         old = self.entries.get(key)
@@ -260,7 +267,7 @@ class Store(Generic[ValueT]):
         if old.value is None:
             return
         for fn, by_value in self._indexes.values():
-            indexed = fn(key, old.value)
+            indexed = self._index_value(fn, key, old.value)
             if indexed is None:
                 continue
             keys = by_value.get(indexed)

@@ -51,11 +51,9 @@ from .._core.validate import check_count, check_timeout
 from .._core.watch import Watch
 from ..codecs import Codec, ValueT, as_codec
 from ..errors import (
-    CodecError,
     EtcdRecipeError,
     EtcdTimeoutError,
     InvalidArgumentError,
-    WatchFailedError,
 )
 from ..events import ConnectionState, WatchResubscribed, WatchSuspended
 from ..resilience import RetryPolicy
@@ -139,7 +137,7 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
             values=values,
             transform=transform,
             key_filter=key_filter,
-            on_decode_error=self._decode_failed,
+            on_error=self._record_exception_at,
         )
         self._revision = 0
         self._synced = False
@@ -388,7 +386,7 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
                     return  # the watch ended because the cache closed
                 watch = None  # resynced after a restore: watch again from the new revision
                 continue
-            except (EtcdRecipeError, WatchFailedError) as exc:
+            except Exception as exc:  # the watch gave up, or a bug: never a silently stale cache
                 watch = None
                 failures += 1
                 self._synced = False
@@ -396,8 +394,8 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
                 self._set_state(ConnectionState.SUSPENDED)
                 delay = _RESYNC_BACKOFF.next_delay(failures, 0.0) or 30.0
                 await asyncio.sleep(delay)
-                with contextlib.suppress(EtcdRecipeError):
-                    await self._resync("the watch failed")
+                with contextlib.suppress(Exception):
+                    await self._resync(f"the watch failed ({exc!r})")
                     failures = 0
 
     async def _follow(self, watch: Watch) -> bool:
@@ -502,5 +500,5 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
         self._wake()
         return revision + 1 if not catch_up else revision
 
-    def _decode_failed(self, key: str, error: CodecError) -> None:
-        self._record_exception(error, f"decode {key}")
+    def _record_exception_at(self, where: str, error: Exception) -> None:
+        self._record_exception(error, where)

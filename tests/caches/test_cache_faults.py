@@ -112,6 +112,7 @@ async def _disconnected_changes(server, change):
 async def test_compaction_while_disconnected_reports_the_difference(fresh_etcd_server):
     """The cache re-reads instead of resuming at the compact revision (Cilium #3011: resuming
     there silently loses the changes in between) and tells listeners exactly what changed."""
+
     async def change(direct) -> None:
         await direct.put("/d/edit", "2")
         await direct.delete("/d/drop")

@@ -315,3 +315,15 @@ async def test_the_unchanged_proof_sees_every_kind_of_change(etcd_client, etcd_p
     gone = (await etcd_client.delete(key + b"b")).revision  # only a delete: the count shows it
     assert await unchanged_since(etcd_client, key, end, changed, 2) is None
     assert await unchanged_since(etcd_client, key, end, gone, 1) is not None
+
+
+async def test_a_failing_index_function_is_recorded_and_the_cache_goes_on(etcd_client, etcd_prefix):
+    p = etcd_prefix + "ix/"
+    await etcd_client.put(p + "a", b"1")
+    async with PrefixCache(etcd_client, p) as cache:
+        cache.add_index("broken", lambda key, value: {"unhashable": value}[key])
+        written = await etcd_client.put(p + "b", b"2")
+        await cache.wait_for_revision(written.revision)
+        assert cache.get(p + "b") == b"2" and cache.is_synced
+        assert cache.by_index("broken", "anything") == []
+        assert sum("index" in b.context for b in cache.exceptions) == 2
