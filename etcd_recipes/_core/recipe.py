@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from ..errors import AlreadyStartedError, NotStartedError, RecipeClosedError
 from ..events import ConnectionState, LeaseEvent, WatchRecoveryEvent, state_after
+from .caller import CALLER
 from .keys import client_id as make_client_id
 from .listeners import ListenerSet
 from .logctx import recipe_context
@@ -206,6 +207,7 @@ class Recipe:
         recorded, never raised at a caller."""
 
         async def runner() -> T:
+            CALLER.set(None)  # background work is its own caller, not the thread that began it
             with recipe_context(self.exception_context):
                 try:
                     return await coro

@@ -57,7 +57,8 @@ In the blocking facade every call runs in an event-loop task of its own, so ``wi
 one instance take turns, but nested blocks (and a downgrade) on one instance are not reentrant
 there.
 
-Deviations from the reference: holds are per task, not per thread; waiting uses the
+Deviations from the reference: holds are per asyncio task (per thread through the blocking
+facade); waiting uses the
 client-side algorithm of ``concurrency.Mutex`` rather than the v3lock RPC (which hands over at
 most every 100 ms per waiter, because its watches start behind the head revision) -- the key
 layout is the same, so they interoperate; the read-write lock reads ``<path>/``; downgrade keeps

@@ -13,10 +13,11 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 
+from .._core.caller import Caller, caller_or_none
 from .._core.hold import Hold
 from .._core.listeners import ListenerSet
 from .._core.recipe import Recipe
@@ -69,8 +70,8 @@ class _LockBase(ABC):
         self._session = session
         self._name = name
         self._serial = asyncio.Lock() if serial else None
-        self._holds: dict[asyncio.Task[Any], _TaskHold] = {}
-        self._entered: dict[asyncio.Task[Any], list[AbstractAsyncContextManager[LockHold]]] = {}
+        self._holds: dict[Caller, _TaskHold] = {}  # by owner: a task, or a facade thread
+        self._entered: dict[Caller, list[AbstractAsyncContextManager[LockHold]]] = {}
         self._aborts: set[anyio.CancelScope] = set()
         self._lost_listeners = ListenerSet("lock-lost", recipe._record_listener_error)
         self._lost_events: Broadcast[BaseException | None] = recipe._broadcast("lock-lost")
@@ -81,13 +82,13 @@ class _LockBase(ABC):
     async def _take(self) -> _Held:
         """Queue in etcd and wait until admitted (cleaning up on any exception)."""
 
-    def _reuse(self, task: asyncio.Task[Any]) -> _Held | None:
+    def _reuse(self, task: Caller) -> _Held | None:
         """A hold ``task`` already has that this acquisition may share (downgrade)."""
         return None
 
     # ---------------------------------------------------------------- lookups
 
-    def _mine(self, task: asyncio.Task[Any] | None) -> _TaskHold | None:
+    def _mine(self, task: Caller | None) -> _TaskHold | None:
         """The task's hold, else the latest hold of a task that has finished."""
         own = self._holds.get(task) if task is not None else None
         if own is not None:
@@ -97,15 +98,14 @@ class _LockBase(ABC):
 
     def _any(self) -> _TaskHold | None:
         """:meth:`_mine` for the calling task, else the only hold there is."""
-        found = self._mine(asyncio.current_task())
+        found = self._mine(caller_or_none())
         if found is None and len(self._holds) == 1:
             found = next(iter(self._holds.values()))
         return found
 
     def _caller(self) -> _TaskHold | None:
-        # Outside any task (the blocking facade's reads run as loop callbacks) the question
-        # is about the instance.
-        task = asyncio.current_task()
+        # Outside any task and facade call the question is about the instance.
+        task = caller_or_none()
         return self._mine(task) if task is not None else self._any()
 
     # ---------------------------------------------------------------- acquire / release
@@ -175,7 +175,7 @@ class _LockBase(ABC):
         held.serial = self._serial
         return held
 
-    def _adopt(self, task: asyncio.Task[Any], held: _Held) -> None:
+    def _adopt(self, task: Caller, held: _Held) -> None:
         held.refs += 1
         if self not in held.views:
             held.views.append(self)
@@ -197,7 +197,7 @@ class _LockBase(ABC):
                 print("we had lost the lock; our writes were fenced off")
             await lock.aclose()
         """
-        held = self._mine(asyncio.current_task())
+        held = self._mine(caller_or_none())
         if held is None:
             raise LockNotHeldError(f"{self._name}: the calling task holds no lock to release")
         return await self._release_task_hold(held)

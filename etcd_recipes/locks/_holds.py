@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from .._core.caller import Caller
 from .._core.hold import Hold
 from ..errors import (
     LostError,
@@ -90,7 +91,7 @@ async def _scoped_body(
 class _TaskHold:
     __slots__ = ("count", "held", "task")
 
-    def __init__(self, task: asyncio.Task[Any], held: _Held) -> None:
+    def __init__(self, task: Caller, held: _Held) -> None:
         self.task = task
         self.held = held
         self.count = 1

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from .._core.caller import Caller, current_caller
 from .._core.hold import Hold
 from .._core.lease import AcquisitionLease
 from .._core.txn import AnyOp, Compare
@@ -19,7 +20,6 @@ from .._core.waiting import run_shielded
 from ..errors import (
     LeaseNotFoundError,
     RecipeClosedError,
-    UsageError,
 )
 from ..events import LeaseEvent
 from ..types import (
@@ -67,11 +67,9 @@ def _monitor_soon(hold: Hold, seen: int) -> None:
     asyncio.get_running_loop().call_later(_MONITOR_DELAY, start)
 
 
-def _task() -> asyncio.Task[Any]:
-    task = asyncio.current_task()
-    if task is None:
-        raise UsageError("locks are acquired and released from an asyncio task")
-    return task
+def _task() -> Caller:
+    """Who owns what this call takes: the task, or the facade caller's thread."""
+    return current_caller()
 
 
 class _SessionLease(AcquisitionLease):

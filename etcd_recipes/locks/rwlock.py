@@ -5,10 +5,10 @@ guarantees and what it does not: see :mod:`etcd_recipes.locks`.
 
 from __future__ import annotations
 
-import asyncio
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._core.caller import Caller
 from .._core.keys import append_to_path, random_token
 from .._core.recipe import Recipe
 from .._core.validate import check_ttl
@@ -65,11 +65,11 @@ class ReadWriteLockView(_Queued):
         token = f"{self._rw.client_id}:{random_token()}"
         return f"{self._own_prefix}{token}", self._rw.client_id.encode()
 
-    def _reuse(self, task: asyncio.Task[Any]) -> _Held | None:
+    def _reuse(self, task: Caller) -> _Held | None:
         if self._mode == "write":
             if task in self._rw.read_lock._holds:
                 raise LockUpgradeError(
-                    f"{self._name}: the task holds the read lock; upgrading is not allowed"
+                    f"{self._name}: the caller holds the read lock; upgrading is not allowed"
                 )
             return None
         write = self._rw.write_lock._holds.get(task)

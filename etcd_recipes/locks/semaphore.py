@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
+from .._core.caller import Caller
 from .._core.hold import Hold
 from .._core.keys import append_to_path, random_token
 from .._core.listeners import ListenerSet
@@ -156,7 +157,7 @@ class DistributedSemaphore(Recipe):
         self._stack: list[_Permit] = []  # permits taken with acquire(), oldest first
         self._scoped: list[_Permit] = []  # permits of async-with blocks
         self._lost_permits: list[_Permit] = []  # lost acquire() permits not released yet
-        self._entered: dict[asyncio.Task[Any], list[AbstractAsyncContextManager[LockHold]]] = {}
+        self._entered: dict[Caller, list[AbstractAsyncContextManager[LockHold]]] = {}
         self._aborts: set[anyio.CancelScope] = set()
         self._lost_listeners = ListenerSet("permit-lost", self._record_listener_error)
         self._lost_events: Broadcast[BaseException | None] = self._broadcast("permit-lost")

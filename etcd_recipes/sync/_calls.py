@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 
+from .._core.caller import thread_caller
 from ..errors import UsageError
 
 __all__ = [
@@ -110,9 +111,10 @@ class Flag:
 class Call:
     """One submission to the loop; ``done`` is set after the coroutine (and its cleanup) ended."""
 
-    __slots__ = ("deadline", "done", "error", "reason", "result", "scope")
+    __slots__ = ("caller", "deadline", "done", "error", "reason", "result", "scope")
 
     def __init__(self, deadline: float | None) -> None:
+        self.caller = thread_caller()  # made in the calling thread: who owns what it takes
         self.deadline = deadline
         self.done = Flag()
         self.result: Any = None

@@ -75,6 +75,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import anyio
 
+from .._core.caller import CALLER
 from .._core.waiting import CLEANUP_TIMEOUT
 from ..errors import ClientClosedError, EtcdTimeoutError, ForkedProcessError, UsageError
 from ._callbacks import Callbacks
@@ -95,6 +96,13 @@ __all__ = ["FACADE_CLEANUP_WAIT", "Runtime", "fail_after", "running_loop_here"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
+
+
+def _blocks(holder: Any) -> dict[int, list[ContextRun]]:
+    """The open ``with`` blocks on ``holder``, a stack per thread (blocks nest per thread)."""
+    found: dict[int, list[ContextRun]] = holder.__dict__.setdefault("_sync_context_runs", {})
+    return found
+
 
 FACADE_CLEANUP_WAIT = 2 * CLEANUP_TIMEOUT
 """Seconds a blocking call waits for its cancelled coroutine's cleanup (10 s).
@@ -228,11 +236,13 @@ class Runtime:
         call = Call(None)
 
         def run(c: Call) -> None:
+            token = CALLER.set(c.caller)  # (the shared context: reset below)
             try:
                 c.result = fn(*args, **kwargs)
             except BaseException as exc:
                 c.error = exc
             finally:
+                CALLER.reset(token)
                 c.done.set()
 
         try:
@@ -259,6 +269,7 @@ class Runtime:
     async def _execute(
         self, call: Call, fn: Callable[..., Awaitable[Any]], args: Any, kwargs: Any
     ) -> None:
+        CALLER.set(call.caller)  # this task's own context: holds belong to the thread
         try:
             with anyio.CancelScope(deadline=scope_deadline(call.deadline)) as scope:
                 call.scope = scope
@@ -327,7 +338,7 @@ class Runtime:
         if run.done.is_set():  # __aenter__ failed (or was cancelled): no block to exit
             self._wait(run)
             raise self._closed_error()  # pragma: no cover - _wait raised already
-        stack: list[ContextRun] = holder.__dict__.setdefault("_sync_context_runs", [])
+        stack = _blocks(holder).setdefault(threading.get_ident(), [])
         stack.append(run)
         return run.result
 
@@ -340,10 +351,12 @@ class Runtime:
     ) -> Any:
         """Run the ``__aexit__`` of the innermost block :meth:`enter` opened on ``holder``."""
         self._check_caller()
-        stack: list[ContextRun] = holder.__dict__.get("_sync_context_runs", [])
+        stack = _blocks(holder).get(threading.get_ident(), [])
         if not stack:
-            raise UsageError("__exit__ without a matching __enter__")
+            raise UsageError("__exit__ without a matching __enter__ in this thread")
         run = stack.pop()
+        if not stack:
+            del _blocks(holder)[threading.get_ident()]
         run.exit_args = (exc_type, exc, tb)
         loop = self._loop
         if not run.done.is_set() and loop is not None:
@@ -369,6 +382,7 @@ class Runtime:
 
     async def _run_context(self, run: ContextRun) -> None:
         cm = run.obj
+        CALLER.set(run.caller)
         try:
             # Only this outer scope: a context manager that opens a cancel scope or task group
             # in __aenter__ must close it in __aexit__ with nothing of ours in between (LIFO).

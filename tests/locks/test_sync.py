@@ -95,8 +95,8 @@ def test_sync_read_write_lock_and_semaphore(client, etcd_prefix):
     with rw.read_lock:
         other = DistributedReadWriteLock(client, etcd_prefix + "rw")
         assert other.read_lock.acquire(timeout=2)
-        assert not other.write_lock.acquire(timeout=0.3)
         assert other.read_lock.release()
+        assert not other.write_lock.acquire(timeout=0.3)  # rw's read lock is held
         other.close()
     sem = DistributedSemaphore(client, etcd_prefix + "sem", 2)
     with sem.with_permit(timeout=2) as permit, sem:

@@ -78,13 +78,13 @@ def test_every_generated_file_has_the_header() -> None:
 
 
 def test_docstrings_are_true_for_a_thread() -> None:
-    # Each blocking call runs in a task of its own: what the async API gives "the calling task"
-    # belongs to the instance in the facade, which is not reentrant per thread (yet).
+    # What the async API gives "the calling task" belongs to the calling thread in the
+    # facade: the runtime carries the thread's identity into each call (_core/caller.py).
     files = gen.generate(ROOT)
     lock = next(text for text in files.values() if "class DistributedMutex(" in text)
-    assert "Not reentrant: a holder waits for itself." in lock
-    assert "Holds belong to the instance: not reentrant." in lock
-    assert "Whether this instance holds the lock" in lock
+    assert "Holds are per thread and reentrant." in lock
+    assert "Reentrant per thread (``hold_count`` counts it)." in lock
+    assert "Whether the calling thread holds the lock" in lock
     for text in files.values():
         assert "the calling task" not in text
         assert "Reentrant per task" not in text

@@ -47,14 +47,12 @@ DOC_REWRITES: list[tuple[str, str]] = [
     ("``aclose()``", "``close()``"),
     ("from etcd_recipes import", "from etcd_recipes.sync import"),
     ("aclosing(", "closing("),
-    # the caller: a blocking call is a loop task of its own, so holds belong to the instance
-    ("Holds are per asyncio task and reentrant.", "Holds belong to the instance: not reentrant."),
-    ("Reentrant per task (``hold_count`` counts it).", "Not reentrant: a holder waits for itself."),
-    ("of the calling task's hold (or of a finished task's)", "of this instance's latest hold"),
-    ("Whether the calling task holds the lock", "Whether this instance holds the lock"),
-    ("The calling task's reentrant hold count", "This instance's hold count"),
-    ("The calling task's hold; if it has none, the only hold", "The only hold"),
+    # the caller: a blocking call's holds belong to its thread (_core/caller.py)
+    ("Holds are per asyncio task and reentrant.", "Holds are per thread and reentrant."),
+    ("Reentrant per task", "Reentrant per thread"),
+    ("a finished task's", "a finished thread's"),
     ("the calling task", "the calling thread"),
+    ("The calling task", "The calling thread"),
 ]
 """``(old, new)`` replacements applied, in order, to every twinned docstring (add one when a
 docstring needs it, e.g. ``("asyncio.run(main())", "main()")``; an unused one fails the run)."""

@@ -82,7 +82,7 @@ class ReadWriteLockView(SyncTwin, twin_of=_async.ReadWriteLockView):
 
         Cancellation is safe: the waiter key is deleted (and the lease revoked when unused)
         before the cancellation propagates.
-        Not reentrant: a holder waits for itself.
+        Reentrant per thread (``hold_count`` counts it).
 
         Example::
 
@@ -99,7 +99,7 @@ class ReadWriteLockView(SyncTwin, twin_of=_async.ReadWriteLockView):
         return self._rt.call(self._a.acquire, timeout)
 
     def release(self) -> bool:
-        """Release one hold count of this instance's latest hold.
+        """Release one hold count of the calling thread's hold (or of a finished thread's).
 
         Returns True if the lock was held until now, False if it had been lost (or released by
         ``close()``). Raises :class:`LockNotHeldError` if there is nothing to release.
@@ -139,7 +139,7 @@ class ReadWriteLockView(SyncTwin, twin_of=_async.ReadWriteLockView):
 
     @property
     def is_held(self) -> bool:
-        """Whether this instance holds the lock (and the hold is not lost).
+        """Whether the calling thread holds the lock (and the hold is not lost).
 
         From outside any task (the blocking facade) it tells whether the instance holds it.
         """
@@ -147,12 +147,12 @@ class ReadWriteLockView(SyncTwin, twin_of=_async.ReadWriteLockView):
 
     @property
     def hold_count(self) -> int:
-        """This instance's hold count (0 when not held)."""
+        """The calling thread's reentrant hold count (0 when not held)."""
         return self._rt.call_sync(lambda: self._a.hold_count)
 
     @property
     def hold(self) -> LockHold | None:
-        """The only hold of this lock (so the
+        """The calling thread's hold; if it has none, the only hold of this lock (so the
         blocking facade, where every call runs in its own task, sees it); else ``None``."""
         value = self._rt.call_sync(lambda: self._a.hold)
         result: LockHold | None = self._twin(value)
