@@ -37,18 +37,25 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def check_timeout(timeout: Any, *, what: str = "timeout", optional: bool = True) -> float | None:
-    """Seconds > 0 (``inf`` allowed: no bound); ``None`` when ``optional`` (no bound either).
+def check_timeout(
+    timeout: Any, *, what: str = "timeout", optional: bool = True, zero: bool = False
+) -> float | None:
+    """Seconds > 0 (``inf`` allowed: no bound); ``None`` when ``optional`` (no bound either);
+    ``0`` too when ``zero`` ("try once, do not wait").
 
     >>> check_timeout(2)
     2.0
     >>> check_timeout(None) is None
     True
+    >>> check_timeout(0, zero=True)
+    0.0
     """
     if timeout is None and optional:
         return None
+    if zero and _is_number(timeout) and timeout == 0:
+        return 0.0
     if not _is_number(timeout) or math.isnan(timeout) or not timeout > 0:
-        allowed = " or None" if optional else ""
+        allowed = (" or None" if optional else "") + (" (0: try once)" if zero else "")
         raise InvalidArgumentError(
             f"{what} must be a number of seconds > 0{allowed}, got {timeout!r}"
         )

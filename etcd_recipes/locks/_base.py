@@ -41,6 +41,7 @@ from ..types import (
 )
 from ._holds import _Held, _lost_while_running, _scoped_body, _TaskHold
 from ._session import (
+    _Busy,
     _deadline_scope,
     _leased_txn,
     _monitor_soon,
@@ -79,8 +80,9 @@ class _LockBase(ABC):
     # ---------------------------------------------------------------- hooks
 
     @abstractmethod
-    async def _take(self) -> _Held:
-        """Queue in etcd and wait until admitted (cleaning up on any exception)."""
+    async def _take(self, wait: bool = True) -> _Held:
+        """Queue in etcd and wait until admitted (cleaning up on any exception); without
+        ``wait``, raise :class:`_Busy` instead of waiting."""
 
     def _reuse(self, task: Caller) -> _Held | None:
         """A hold ``task`` already has that this acquisition may share (downgrade)."""
@@ -112,6 +114,7 @@ class _LockBase(ABC):
 
     async def acquire(self, timeout: float | None = None) -> bool:
         """Acquire the lock; False if ``timeout`` seconds pass first (nothing is left queued).
+        ``timeout=0`` tries once and does not wait.
 
         Cancellation is safe: the waiter key is deleted (and the lease revoked when unused)
         before the cancellation propagates.
@@ -130,7 +133,7 @@ class _LockBase(ABC):
             await lock.aclose()
         """
         self._recipe._check_open()
-        check_timeout(timeout)
+        timeout = check_timeout(timeout, zero=True)
         task = _task()
         mine = self._holds.get(task)
         if mine is not None:
@@ -149,7 +152,9 @@ class _LockBase(ABC):
         with _deadline_scope(timeout) as abort:
             self._aborts.add(abort)
             try:
-                held = await self._admit()
+                held = await self._admit(wait=timeout != 0)
+            except _Busy:
+                held = None
             finally:
                 self._aborts.discard(abort)
         if held is not None and self._recipe.is_closed:
@@ -163,11 +168,13 @@ class _LockBase(ABC):
         self._recipe._record_latency("lock.acquire", started)
         return True
 
-    async def _admit(self) -> _Held:
+    async def _admit(self, wait: bool) -> _Held:
         if self._serial is not None:
+            if not wait and self._serial.locked():
+                raise _Busy("another task of this instance holds the lock")
             await self._serial.acquire()
         try:
-            held = await self._take()
+            held = await self._take(wait)
         except BaseException:
             if self._serial is not None:
                 self._serial.release()
@@ -410,18 +417,18 @@ class _Queued(_LockBase):
     def _new_key(self, lease: _SessionLease) -> tuple[str, bytes]:
         """The key (and value) this waiter queues under."""
 
-    async def _take(self) -> _Held:
+    async def _take(self, wait: bool = True) -> _Held:
         while True:
             lease = await self._session.join()
             key, value = self._new_key(lease)
             try:
-                return await self._queue(lease, key, value)
+                return await self._queue(lease, key, value, wait)
             except _Requeue as exc:
                 self._recipe._record_exception(exc, "requeue")
                 log.info("%s: %s; queueing again", self._name, exc)
                 await asyncio.sleep(exc.delay)
 
-    async def _queue(self, lease: _SessionLease, key: str, value: bytes) -> _Held:
+    async def _queue(self, lease: _SessionLease, key: str, value: bytes, wait: bool) -> _Held:
         client = self._recipe._client
         created = False
 
@@ -459,6 +466,8 @@ class _Queued(_LockBase):
                 mine = _range(first, 0).kvs[0].create_revision
                 predecessor, seen = await self._below(key, mine)
             while predecessor is not None:
+                if not wait:
+                    raise _Busy(f"{self._name}: held by another (timeout=0: not waiting)")
                 await _wait_for_deletion(
                     client, lease, predecessor, seen, self._recipe._on_recovery_event
                 )

@@ -43,12 +43,18 @@ class _Requeue(Exception):
         self.delay = delay
 
 
+class _Busy(Exception):
+    """A try-once acquisition (``timeout=0``) found the lock taken: it gave up at once (its
+    waiter key removed on the way out, like any abandoned acquisition)."""
+
+
 # --------------------------------------------------------------------------- helpers
 
 
 def _deadline_scope(timeout: float | None) -> anyio.CancelScope:
-    """A cancel scope that ``aclose()`` can cancel, expiring after ``timeout`` seconds."""
-    if timeout is None:
+    """A cancel scope that ``aclose()`` can cancel, expiring after ``timeout`` seconds (``0``:
+    try once -- the acquisition itself gives up instead of waiting)."""
+    if not timeout:
         return anyio.CancelScope()
     return anyio.CancelScope(deadline=anyio.current_time() + timeout)
 

@@ -77,6 +77,7 @@ from ..types import (
 )
 from ._holds import _Held, _lost_while_running, _scoped_body
 from ._session import (
+    _Busy,
     _deadline_scope,
     _leased_txn,
     _monitor_soon,
@@ -226,6 +227,7 @@ class DistributedSemaphore(Recipe):
 
     async def acquire(self, timeout: float | None = None) -> bool:
         """Take a permit; False if ``timeout`` seconds pass first (nothing is left queued).
+        ``timeout=0`` tries once and does not wait.
 
         The permit belongs to the instance: release it with :meth:`release`, from any task.
         Raises :class:`SemaphorePermitMismatchError` on a count mismatch.
@@ -274,14 +276,16 @@ class DistributedSemaphore(Recipe):
 
     async def _acquire_permit(self, timeout: float | None) -> _Permit | None:
         self._check_open()
-        check_timeout(timeout)
+        timeout = check_timeout(timeout, zero=True)
         started = time.monotonic()
         held: _Held | None = None
         with _deadline_scope(timeout) as abort:
             self._aborts.add(abort)
             try:
                 await self._validate()
-                held = await self._take()
+                held = await self._take(wait=timeout != 0)
+            except _Busy:
+                held = None
             finally:
                 self._aborts.discard(abort)
         if held is not None and self.is_closed:
@@ -320,18 +324,18 @@ class DistributedSemaphore(Recipe):
             break
         self._validated = True
 
-    async def _take(self) -> _Held:
+    async def _take(self, wait: bool = True) -> _Held:
         while True:
             lease = await self._session.join()
             key = f"{self._holders}{self.client_id}:{random_token()}"
             try:
-                return await self._queue(lease, key)
+                return await self._queue(lease, key, wait)
             except _Requeue as exc:
                 self._record_exception(exc, "requeue")
                 log.info("%s: %s; queueing again", self.exception_context, exc)
                 await asyncio.sleep(exc.delay)
 
-    async def _queue(self, lease: _SessionLease, key: str) -> _Held:
+    async def _queue(self, lease: _SessionLease, key: str, wait: bool) -> _Held:
         client = self._client
         value = self.client_id.encode()
         created = False
@@ -363,6 +367,8 @@ class DistributedSemaphore(Recipe):
             rank = _range(first, 1).count - 1  # every other holder key is older than ours
             waited = False
             while rank >= self.permits:
+                if not wait:
+                    raise _Busy(f"{self.exception_context}: no permit free (timeout=0)")
                 waited = True
                 queue = await _read_queue(client, self._holders, key, mine)
                 if queue.own is None:

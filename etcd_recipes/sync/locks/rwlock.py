@@ -79,6 +79,7 @@ class ReadWriteLockView(SyncTwin, twin_of=_async.ReadWriteLockView):
 
     def acquire(self, timeout: float | None = None) -> bool:
         """Acquire the lock; False if ``timeout`` seconds pass first (nothing is left queued).
+        ``timeout=0`` tries once and does not wait.
 
         Cancellation is safe: the waiter key is deleted (and the lease revoked when unused)
         before the cancellation propagates.

@@ -128,6 +128,7 @@ class DistributedSemaphore(Recipe, twin_of=_async.DistributedSemaphore):
 
     def acquire(self, timeout: float | None = None) -> bool:
         """Take a permit; False if ``timeout`` seconds pass first (nothing is left queued).
+        ``timeout=0`` tries once and does not wait.
 
         The permit belongs to the instance: release it with :meth:`release`, from any task.
         Raises :class:`SemaphorePermitMismatchError` on a count mismatch.
