@@ -8,6 +8,10 @@ The watcher task keeps the channel connecting (``get_state(try_to_connect=True)`
 * ``IDLE`` and ``CONNECTING`` -> no change (they are steps of a reconnect, or gRPC's own idle
   timeout, not failures).
 
+The channel is followed by a watcher task only while a listener or a stream exists (a gRPC
+call always in flight would make a forked child crash inside gRPC); without one,
+``connection_state`` is read from the channel when asked.
+
 Not guaranteed: a stopped server is seen at once, but a hung or partitioned one only while a
 call, watch or keep-alive keeps the channel busy (the keepalive pings detect it within
 ``keepalive_time + keepalive_timeout``; etcd rejects pings on an idle connection, so none are
@@ -53,18 +57,40 @@ class ChannelState:
             "client-connection-state", current=lambda: self.state
         )
         self._task: asyncio.Task[None] | None = None
+        self._channel: Any = None
 
     @property
     def stream_count(self) -> int:
         return self._stream.stream_count
 
     def stream(self) -> EventStream[ConnectionState]:
-        return self._stream.stream(1, conflate=True)
+        self.sample()
+        found = self._stream.stream(1, conflate=True)
+        self.follow()
+        return found
 
     def start(self, channel: Any) -> None:
+        """The channel is open. Its state is followed by a watcher task only while someone
+        listens or streams: a watcher is a gRPC call always in flight, and a process that
+        forks while one is (a web server's workers, multiprocessing) gets a child that
+        crashes inside gRPC."""
+        self._channel = channel
+        if len(self.listeners):
+            self.follow()
+
+    def follow(self) -> None:
+        """Start the watcher task, if the channel is open and it does not run yet."""
+        if self._channel is None or (self._task is not None and not self._task.done()):
+            return
         self._task = asyncio.get_running_loop().create_task(
-            self._watch(channel), name="etcd-recipes-channel-state"
+            self._watch(self._channel), name="etcd-recipes-channel-state"
         )
+
+    def sample(self) -> ConnectionState:
+        """The state now: followed by the watcher, or else read from the channel (no I/O)."""
+        if self._channel is not None and (self._task is None or self._task.done()):
+            self._apply(self._channel.get_state(try_to_connect=False))
+        return self.state
 
     async def aclose(self) -> None:
         """Stop the watcher and end every stream (the listeners stay, and hear nothing)."""
@@ -80,15 +106,18 @@ class ChannelState:
                 connectivity = channel.get_state(try_to_connect=True)
                 if connectivity is grpc.ChannelConnectivity.SHUTDOWN:
                     return
-                if connectivity is _FAILURE:
-                    self._set(ConnectionState.SUSPENDED)
-                elif connectivity is _READY and self.state is ConnectionState.SUSPENDED:
-                    self._set(ConnectionState.RECONNECTED)
+                self._apply(connectivity)
                 await channel.wait_for_state_change(connectivity)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # pragma: no cover - grpc failed to report
             log.warning("%s: watching the channel state failed: %r", self._name, exc)
+
+    def _apply(self, connectivity: Any) -> None:
+        if connectivity is _FAILURE:
+            self._set(ConnectionState.SUSPENDED)
+        elif connectivity is _READY and self.state is ConnectionState.SUSPENDED:
+            self._set(ConnectionState.RECONNECTED)
 
     def _set(self, new: ConnectionState) -> None:
         old, self.state = self.state, new
@@ -110,7 +139,7 @@ class ConnectionStateCalls:
     def connection_state(self) -> ConnectionState:
         """``CONNECTED`` once :meth:`open` got an answer, ``SUSPENDED`` while no server can
         be reached, ``RECONNECTED`` when one can again (see :meth:`connection_states`)."""
-        return self._me()._conn.state
+        return self._me()._conn.sample()
 
     def add_connection_state_listener(self, listener: ClientStateListener) -> None:
         """Call ``listener(new_state, previous_state)`` once per change of
@@ -131,6 +160,7 @@ class ConnectionStateCalls:
             app.remove_connection_state_listener(on_change)
         """
         self._me()._conn.listeners.add(listener)
+        self._me()._conn.follow()
 
     def remove_connection_state_listener(self, listener: ClientStateListener) -> None:
         """Stop calling ``listener``."""
