@@ -96,7 +96,11 @@ async def _disconnected_changes(server, change):
             proxy.restore()
             await eventually(lambda: cache.resync_count == 1, timeout=15, what="a resync")
             await cache.wait_for_revision(head, timeout=10)
-            result = (list(collector.batches), cache_state(cache), await server_state(direct, "/d/"))
+            result = (
+                list(collector.batches),
+                cache_state(cache),
+                await server_state(direct, "/d/"),
+            )
             await collector.stop()
             await cache.aclose()
             return result
