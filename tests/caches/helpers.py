@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 from etcd_recipes import BatchKind, CacheBatch, CacheEventType, EtcdClient, PrefixCache
@@ -84,3 +85,11 @@ async def server_state(client: EtcdClient, prefix: str, revision: int = 0) -> di
 
 def cache_state(cache: PrefixCache[Any]) -> dict[str, Any]:
     return dict(cache.items())
+
+
+def drops_compacted_tombstone(version: str) -> bool:
+    """Whether an etcd of ``version`` removes a tombstone *at* the compaction revision, so a
+    watch from exactly that revision misses the delete (etcd-io/etcd#18089, fixed by
+    etcd-io/etcd#18274 in 3.5.15 and 3.4.34)."""
+    parts = tuple(int(p) for p in re.findall(r"\d+", version)[:3])
+    return parts < (3, 4, 34) or (3, 5) <= parts < (3, 5, 15)
