@@ -64,8 +64,17 @@ async def unchanged_since(
 async def restored(
     client: EtcdClient, key: bytes, end: bytes | None, revision: int, cluster_id: int
 ) -> bool:
-    """After a reconnect: is the server another one, or the same one back in time (restored
-    from a backup)? Its cluster id changed, or its revision is below ``revision``."""
+    """After a reconnect: must the cache re-read? True if the server is another one, or the
+    same one back in time (restored from a backup: its cluster id changed, or its revision is
+    below ``revision``) -- or if history up to ``revision`` was compacted while we were away:
+    a watch that resumes exactly at the compact revision is allowed, but etcd before 3.5.15
+    (etcd-io/etcd#18089) has dropped the deletions *at* that revision by then."""
     status = await client.status()
     head = await client.range(key, range_end=end, count_only=True)
-    return bool(cluster_id and status.cluster_id != cluster_id) or head.revision < revision
+    if bool(cluster_id and status.cluster_id != cluster_id) or head.revision < revision:
+        return True
+    try:
+        await client.range(key, range_end=end, count_only=True, revision=revision)
+    except CompactedError:
+        return True
+    return False

@@ -20,7 +20,8 @@ Guarantees:
 * reads (``get``, ``items``, ``len``, ``in``, ``revision``) do no I/O; ``get_consistent`` and
   ``wait_for_revision`` make a read as fresh as a linearizable read: they request watch
   progress and, where progress requests go unanswered (``etcd grpc-proxy``), prove with two
-  count-only reads that nothing changed since the cache's revision;
+  reads (a count, and the keys modified since) that nothing changed since the cache's
+  revision;
 * a value its codec cannot decode becomes an entry with ``error`` set plus a recorded
   background exception; the cache goes on.
 
@@ -259,8 +260,8 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
         ``timeout`` seconds.
 
         Asks etcd for watch progress; where no answer comes (``etcd grpc-proxy`` does not
-        forward progress requests), proves with two count-only reads that the range did not
-        change since the cache's revision.
+        forward progress requests), proves with two reads (a count, and the keys modified
+        since) that the range did not change since the cache's revision.
 
         Example::
 
@@ -402,6 +403,7 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
         """Apply the watch's changes; True when it must start over (after a restore)."""
         pending: list[WatchEvent] = []
         async with watch:
+            self._watching()
             async for item in watch.items_and_progress():
                 if isinstance(item, WatchEvent):
                     if pending and pending[-1].revision != item.revision:
@@ -429,6 +431,16 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
                     self._synced = True
                     self._wake()
         return False
+
+    def _watching(self) -> None:
+        """A watch from the cache's revision + 1 is live: nothing is missing any more, even
+        if the re-read that came before failed (then its RESYNCING marker is closed here)."""
+        if self._resyncing:
+            self._resyncing = False
+            self._batches.publish(CacheBatch(BatchKind.RESYNCED, self._revision))
+        if not self._synced:
+            self._synced = True
+            self._wake()
 
     def _apply(self, events: list[WatchEvent]) -> None:
         revision = events[-1].revision

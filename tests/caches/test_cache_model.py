@@ -17,11 +17,9 @@ live across the steps of an example. Writes go through a direct client; the cach
 through a :class:`~etcd_recipes.testing.TcpProxy`, so cuts and partitions hit only the
 cache's connection (restarts hit both).
 
-Compactions go to the head revision -- except, on etcd servers that drop the tombstone at the
-compaction revision (below 3.5.15: etcd-io/etcd#18089), never to a revision that deleted a
-key of the range: there a watch resuming at exactly that revision silently misses the
-delete, which the cache does not defend against yet (see
-``test_cache_found_bugs.py``).
+Compactions go to the head revision, including revisions that deleted a key of the range: on
+etcd below 3.5.15 (etcd-io/etcd#18089) a watch resuming at exactly such a revision misses the
+delete, and the cache must notice and re-read (``test_cache_regressions.py``).
 
 Shrinking is off by default (a failing run would re-run dozens of examples with restarts);
 ``CACHE_MODEL_SHRINK=1`` turns it on to get the smallest reproduction.
@@ -52,7 +50,7 @@ from etcd_recipes import DeleteResult, EtcdClient, Op, PrefixCache, connect
 from etcd_recipes.testing import EtcdServer, TcpProxy
 from tests.helpers import eventually
 
-from .helpers import Collector, cache_state, check_order, drops_compacted_tombstone, replay
+from .helpers import Collector, cache_state, check_order, replay
 
 T = TypeVar("T")
 
@@ -97,7 +95,6 @@ class Env:
         self.direct: EtcdClient = self.run(connect(**server.client_kwargs()).open())
         self.compacted = 0
         self.ids = itertools.count()
-        self.drops_tombstones = drops_compacted_tombstone(self.run(self.direct.status()).version)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.loop.run_until_complete(coro)
@@ -172,8 +169,6 @@ class CacheModel(RuleBasedStateMachine):
         env, cache = self.env, self.cache
         assert cache is not None
         target = (await env.direct.status()).revision
-        while env.drops_tombstones and target in self.tombstones:
-            target -= 1  # see the module docstring
         if target <= env.compacted:
             return  # nothing new to compact (etcd refuses the same revision twice)
         behind = cache.revision < target  # may cost a resync, and repeated resyncs back off

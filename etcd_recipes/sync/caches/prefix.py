@@ -156,8 +156,8 @@ class PrefixCache(Recipe, Generic[ValueT], twin_of=_async.PrefixCache):
         ``timeout`` seconds.
 
         Asks etcd for watch progress; where no answer comes (``etcd grpc-proxy`` does not
-        forward progress requests), proves with two count-only reads that the range did not
-        change since the cache's revision.
+        forward progress requests), proves with two reads (a count, and the keys modified
+        since) that the range did not change since the cache's revision.
 
         Example::
 

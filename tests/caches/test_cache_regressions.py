@@ -1,7 +1,6 @@
-"""PrefixCache bugs found by the model test (test_cache_model.py), each reduced to a
-deterministic reproduction. They fail today: ``xfail(strict=True, raises=AssertionError)``,
-so a fix turns them into errors until the marker goes, and any other exception (a renamed
-internal, a timeout) still fails loudly."""
+"""Regressions of PrefixCache bugs the model test (test_cache_model.py) found, each reduced to
+a deterministic reproduction: a resume exactly at the compaction revision losing a delete,
+and a failed re-read leaving the cache "not synced" for good."""
 
 from __future__ import annotations
 
@@ -31,24 +30,16 @@ async def test_a_resume_at_the_compaction_revision_keeps_the_delete(
     """The cache is cut off; a key is deleted at revision R and history compacted at exactly
     R; the cache's watch resumes at R -- not below the compaction, so no resync. etcd below
     3.5.15 removed the tombstone at R (etcd-io/etcd#18089), sends no DELETE, and the cache
-    keeps the deleted key until some later resync. The cache could tell: after a resubscribe,
-    a count-only read at ``revision=cache.revision`` raises CompactedError exactly when the
-    compaction reached the resume point; then it must resync."""
+    kept the deleted key until some later resync. Now, after a resubscribe, a count-only read
+    at ``revision=cache.revision`` raises CompactedError exactly when the compaction reached
+    the resume point, and the cache re-reads."""
     server = fresh_etcd_server
     with TcpProxy.for_endpoint(server.endpoint) as proxy:
         async with (
             connect(**server.client_kwargs()) as direct,
             fast_client(proxy.url) as through,
         ):
-            if drops_compacted_tombstone((await direct.status()).version):
-                request.applymarker(
-                    pytest.mark.xfail(
-                        strict=True,
-                        raises=AssertionError,
-                        reason="etcd < 3.5.15 drops the tombstone at the compaction revision "
-                        "(etcd-io/etcd#18089) and PrefixCache resumes there without a resync",
-                    )
-                )
+            drops = drops_compacted_tombstone((await direct.status()).version)
             await direct.put("/t/gone", b"1")
             await direct.put("/t/kept", b"1")
             async with PrefixCache(through, "/t/") as cache:
@@ -59,14 +50,10 @@ async def test_a_resume_at_the_compaction_revision_keeps_the_delete(
                 later = await direct.put("/t/later", b"1")
                 await cache.wait_for_revision(later.revision, timeout=20)
                 assert cache.keys() == ["/t/kept", "/t/later"]
+                if drops:  # the server lost the tombstone: only the re-read could tell
+                    assert cache.resync_count == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="PrefixCache._run: after a failed resync the next watch starts without a "
-    "WatchResubscribed, so nothing sets is_synced again",
-)
 async def test_a_failed_resync_in_the_watch_loop_still_ends_synced(
     etcd_client: EtcdClient,
     etcd_prefix: str,
@@ -76,10 +63,9 @@ async def test_a_failed_resync_in_the_watch_loop_still_ends_synced(
     """The connection drops; the watch resubscribes; the server is gone again for the restore
     check and, half a second later, for the resync's read (injected: two failing reads -- a
     second outage at exactly those moments cannot be timed with real faults). The cache then
-    watches again from its revision and applies every change, but stays ``is_synced=False``
-    for good: ``wait_synced`` times out, progress is ignored (``wait_for_revision`` of a
-    revision outside the range and ``get_consistent`` time out), and its stream got a
-    ``RESYNCING`` marker that no ``RESYNCED`` closes."""
+    watches again from its revision and applies every change; before the fix it stayed
+    ``is_synced=False`` for good (``wait_synced`` timed out, progress was ignored) and its
+    stream got a ``RESYNCING`` marker that no ``RESYNCED`` closed."""
     p = etcd_prefix + "stuck/"
     await etcd_client.put(p + "a", b"1")
     async with (
