@@ -383,7 +383,10 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
         watch: Watch | None = first
         while True:
             try:
-                if not await self._follow(watch or self._watch(self._revision)):
+                if watch is None:  # not following anything until the new watch is live
+                    self._synced = False
+                    watch = self._watch(self._revision)
+                if not await self._follow(watch):
                     return  # the watch ended because the cache closed
                 watch = None  # resynced after a restore: watch again from the new revision
                 continue
@@ -426,7 +429,7 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
                     self._synced = False
                 elif isinstance(item, WatchResubscribed):
                     if await self._restored():
-                        await self._resync("the server was restored from a backup")
+                        await self._resync("history was compacted, or the server restored")
                         return True
                     self._synced = True
                     self._wake()
@@ -484,6 +487,11 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
         """Re-read the range and apply the difference. ``catch_up``: the watch runs meanwhile,
         so read again until the read is not older than the cache (its later events are
         dropped as replays, the earlier ones were applied) -- never move the cache back."""
+        log.info("%s: resyncing: %s", self.exception_context, why)
+        self._synced = False  # stale from here on, backoff included
+        if not self._resyncing:  # one marker per episode, however many attempts it takes
+            self._resyncing = True
+            self._batches.publish(CacheBatch(BatchKind.RESYNCING, self._revision))
         now = time.monotonic()
         if now - self._last_resync > _CALM:
             self._resync_attempt = 0
@@ -491,11 +499,6 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
         if backoff and self._resync_attempt > 1:  # resyncing in a loop: back off (jittered)
             delay = _RESYNC_BACKOFF.next_delay(self._resync_attempt - 1, 0.0) or 30.0
             await asyncio.sleep(delay)
-        log.info("%s: resyncing: %s", self.exception_context, why)
-        self._synced = False
-        if not self._resyncing:  # one marker per episode, however many attempts it takes
-            self._resyncing = True
-            self._batches.publish(CacheBatch(BatchKind.RESYNCING, self._revision))
         self._cluster_id = (await self._client.status()).cluster_id
         while True:
             revision, kvs, total = await self._snapshot()
