@@ -170,7 +170,9 @@ class LeaseKeeper:
                     self._wake.clear()
                     wait_for = max(0.0, next_wake - time.monotonic())
                     with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(asyncio.shield(self._wake.wait()), wait_for)
+                        # Not shielded: a shielded wait left one pending Event.wait() task
+                        # behind per timeout ("Task was destroyed but it is pending!").
+                        await asyncio.wait_for(self._wake.wait(), wait_for)
                     if attempt and any(r.renewals for r in self._regs.values()):
                         attempt = 0
                 return
