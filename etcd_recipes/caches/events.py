@@ -88,7 +88,7 @@ class CacheEntry(Generic[ValueT]):
     a background exception of the cache)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CacheEvent(Generic[ValueT]):
     """One key's change. ``value`` is the new value (``None`` for ``DELETED``), ``prev_value``
     the value the cache held before (``None`` for ``CREATED``); ``entry`` / ``prev_entry``
@@ -119,7 +119,7 @@ class CacheEvent(Generic[ValueT]):
     """Found by a resync's re-read rather than seen by the watch."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CacheBatch(Generic[ValueT]):
     """The changes of one revision (iterate it for its :class:`CacheEvent` s), or a marker.
 
