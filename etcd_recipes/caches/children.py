@@ -26,10 +26,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic
 
 from .._core.keys import ensure_suffix
-from .._core.recipe import Recipe
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from ..codecs import Codec, ValueT
-from ..events import ConnectionState
+from ._layer import _Layer
 from .events import BatchKind, CacheBatch, CacheEventType
 from .prefix import PrefixCache
 
@@ -93,7 +92,7 @@ _KINDS = {
 }
 
 
-class PathChildrenCache(Recipe, Generic[ValueT]):
+class PathChildrenCache(_Layer, Generic[ValueT]):
     """A local copy of the children of ``path`` (every key under ``path + "/"``).
 
     Example::
@@ -135,8 +134,7 @@ class PathChildrenCache(Recipe, Generic[ValueT]):
             "path-children-events", self._record_listener_error
         )
         self._cache.add_listener(self._on_batch)
-        self._cache.add_connection_state_listener(self._on_state)
-        self._cache.add_exception_listener(self._on_exception)
+        self._follow(self._cache, self._events)
 
     def __repr__(self) -> str:
         return (
@@ -207,13 +205,6 @@ class PathChildrenCache(Recipe, Generic[ValueT]):
         """Remove every listener."""
         self._events.clear_listeners()
 
-    async def _do_start(self) -> None:
-        await self._cache.start()
-
-    async def _do_close(self) -> None:
-        await self._cache.aclose()
-        await self._events.aclose()
-
     def _on_batch(self, batch: CacheBatch[ValueT]) -> None:
         if batch.kind is BatchKind.INITIAL:
             if self.mode is StartMode.POST_INITIALIZED_EVENT:
@@ -237,9 +228,3 @@ class PathChildrenCache(Recipe, Generic[ValueT]):
                     self._name(event.key), _KINDS[event.type], data, (), event.synthetic
                 )
             )
-
-    def _on_state(self, new: ConnectionState, old: ConnectionState) -> None:
-        self._set_state(new)
-
-    def _on_exception(self, context: str, exc: BaseException) -> None:
-        self._record_exception(exc, context.rsplit(":", 1)[-1] if ":" in context else None)

@@ -23,10 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic
 
-from .._core.recipe import Recipe
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from ..codecs import Codec, ValueT
-from ..events import ConnectionState
+from ._layer import _Layer
 from .events import BatchKind, CacheBatch, CacheEntry, CacheEventType
 from .prefix import PrefixCache
 
@@ -55,7 +54,7 @@ class NodeCacheEvent(Generic[ValueT]):
     synthetic: bool = False
 
 
-class NodeCache(Recipe, Generic[ValueT]):
+class NodeCache(_Layer, Generic[ValueT]):
     """A local copy of one key, kept current by a watch.
 
     Example::
@@ -90,8 +89,7 @@ class NodeCache(Recipe, Generic[ValueT]):
             "node-cache-events", self._record_listener_error
         )
         self._cache.add_listener(self._on_batch)
-        self._cache.add_connection_state_listener(self._on_state)
-        self._cache.add_exception_listener(self._on_exception)
+        self._follow(self._cache, self._events)
 
     def __repr__(self) -> str:
         entry = self._cache.entry(self.path)
@@ -136,13 +134,6 @@ class NodeCache(Recipe, Generic[ValueT]):
         :meth:`PrefixCache.wait_for_revision <etcd_recipes.PrefixCache.wait_for_revision>`."""
         return await self._cache.wait_for_revision(revision, timeout)
 
-    async def _do_start(self) -> None:
-        await self._cache.start()
-
-    async def _do_close(self) -> None:
-        await self._cache.aclose()
-        await self._events.aclose()
-
     def _on_batch(self, batch: CacheBatch[ValueT]) -> None:
         if batch.kind is BatchKind.INITIAL or batch.is_marker:
             return
@@ -152,9 +143,3 @@ class NodeCache(Recipe, Generic[ValueT]):
             kind = NodeCacheEventType[event.type.name]
             value = None if event.type is CacheEventType.DELETED else event.value
             self._events.publish(NodeCacheEvent(kind, value, event.revision, event.synthetic))
-
-    def _on_state(self, new: ConnectionState, old: ConnectionState) -> None:
-        self._set_state(new)
-
-    def _on_exception(self, context: str, exc: BaseException) -> None:
-        self._record_exception(exc, context.rsplit(":", 1)[-1] if ":" in context else None)
