@@ -51,8 +51,7 @@ class Store(Generic[ValueT]):
 
     # ---------------------------------------------------------------- building entries
 
-    def _entry(self, kv: KeyValue) -> CacheEntry[ValueT]:
-        key = key_text(kv.key)
+    def _entry(self, kv: KeyValue, key: str) -> CacheEntry[ValueT]:
         value: ValueT | None = None
         error: CodecError | None = None
         if self._values:
@@ -75,19 +74,21 @@ class Store(Generic[ValueT]):
     # ---------------------------------------------------------------- changes
 
     def load(self, revision: int, kvs: Iterable[KeyValue], total: int) -> CacheBatch[ValueT]:
-        """The first snapshot: every entry is an ``initial`` CREATED event."""
-        events = []
+        """The first snapshot: every entry is an ``initial`` CREATED event. (The hot loop of a
+        start: one pass, no index or filter work unless configured.)"""
+        events: list[CacheEvent[ValueT]] = []
+        append, entries, created = events.append, self.entries, CacheEventType.CREATED
+        keep = self._filter
         for kv in kvs:
-            key = key_text(kv.key)
-            if not self.wanted(key):
+            key = kv.key.decode("utf-8", "surrogateescape")
+            if keep is not None and not keep(key):
                 continue
-            entry = self._entry(kv)
-            self._put(key, entry)
-            events.append(
-                CacheEvent(
-                    CacheEventType.CREATED, key, entry.value, None, revision, entry, None, True
-                )
-            )
+            entry = self._entry(kv, key)
+            if self._indexes:
+                self._put(key, entry)
+            else:
+                entries[key] = entry
+            append(CacheEvent(created, key, entry.value, None, revision, entry, None, True))
         self.server_count = total
         return CacheBatch(BatchKind.INITIAL, revision, tuple(events))
 
@@ -121,7 +122,7 @@ class Store(Generic[ValueT]):
                     CacheEvent(CacheEventType.DELETED, key, None, old.value, revision, None, old)
                 )
                 continue
-            entry = self._entry(kv)
+            entry = self._entry(kv, key)
             kind = CacheEventType.CREATED if old is None else CacheEventType.UPDATED
             if old is not None and old.create_revision != entry.create_revision:
                 # Only after a gap could this happen; report it as what it was.
@@ -158,7 +159,7 @@ class Store(Generic[ValueT]):
             if old is not None and old.create_revision == kv.create_revision:
                 if old.mod_revision == kv.mod_revision:
                     continue  # unchanged
-                entry = self._entry(kv)
+                entry = self._entry(kv, key)
                 self._put(key, entry)
                 events.append(
                     CacheEvent(
@@ -189,7 +190,7 @@ class Store(Generic[ValueT]):
                         True,
                     )
                 )
-            entry = self._entry(kv)
+            entry = self._entry(kv, key)
             self._put(key, entry)
             events.append(
                 CacheEvent(
@@ -251,8 +252,11 @@ class Store(Generic[ValueT]):
             return None
 
     def _put(self, key: str, entry: CacheEntry[ValueT]) -> None:
+        if not self._indexes:
+            self.entries[key] = entry
+            return
         old = self.entries.get(key)
-        if old is not None and self._indexes:
+        if old is not None:
             self._unindex(key, old)
         self.entries[key] = entry
         for fn, by_value in self._indexes.values():
