@@ -302,7 +302,8 @@ class TakeQueue(Recipe, Generic[ValueT]):
         return None if data is None else cast(ValueT, decode(self.codec, data))
 
     async def poll(self, timeout: float) -> ValueT | None:
-        """Take the head, waiting up to ``timeout`` seconds (> 0) for one; ``None`` if none came.
+        """Take the head, waiting up to ``timeout`` seconds for one (``0``: try once, like
+        :meth:`try_dequeue`); ``None`` if none came.
 
         Example::
 
@@ -313,7 +314,8 @@ class TakeQueue(Recipe, Generic[ValueT]):
             await queue.enqueue(b"job", 3)
             assert await queue.poll(5.0) == b"job"
         """
-        data = await self._take(wait=True, timeout=check_timeout(timeout, optional=False))
+        limit = check_timeout(timeout, optional=False, zero=True)
+        data = await self._take(wait=limit != 0, timeout=limit)
         return None if data is None else cast(ValueT, decode(self.codec, data))
 
     async def size(self) -> int:

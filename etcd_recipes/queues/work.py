@@ -255,8 +255,8 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
     async def receive(self, timeout: None = None) -> WorkItem: ...
 
     async def receive(self, timeout: float | None = None) -> WorkItem | None:
-        """Claim the next item, waiting for one (at most ``timeout`` seconds, > 0); ``None`` if
-        the time ran out. Cancellation consumes nothing.
+        """Claim the next item, waiting for one (at most ``timeout`` seconds; ``0``: try once);
+        ``None`` if the time ran out. Cancellation consumes nothing.
 
         Example::
 
@@ -269,8 +269,8 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
                     await item.ack()
                 assert await queue.receive(timeout=0.2) is None   # time ran out
         """
-        limit = check_timeout(timeout)
-        return await self._receive(wait=True, timeout=limit)
+        limit = check_timeout(timeout, zero=True)
+        return await self._receive(wait=limit != 0, timeout=limit)
 
     async def try_receive(self) -> WorkItem | None:
         """Claim the next item if one is ready; ``None`` at once otherwise.

@@ -118,7 +118,8 @@ class DistributedQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedQueue)
         return self._rt.call(self._a.try_dequeue)
 
     def poll(self, timeout: float) -> ValueT | None:
-        """Take the head, waiting up to ``timeout`` seconds (> 0) for one; ``None`` if none came.
+        """Take the head, waiting up to ``timeout`` seconds for one (``0``: try once, like
+        :meth:`try_dequeue`); ``None`` if none came.
 
         Example::
 

@@ -100,8 +100,8 @@ class DistributedWorkQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedWo
     @overload
     def receive(self, timeout: None = None) -> WorkItem: ...
     def receive(self, timeout: float | None = None) -> WorkItem | None:
-        """Claim the next item, waiting for one (at most ``timeout`` seconds, > 0); ``None`` if
-        the time ran out. Cancellation consumes nothing.
+        """Claim the next item, waiting for one (at most ``timeout`` seconds; ``0``: try once);
+        ``None`` if the time ran out. Cancellation consumes nothing.
 
         Example::
 
