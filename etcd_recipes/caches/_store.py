@@ -73,11 +73,14 @@ class Store(Generic[ValueT]):
 
     # ---------------------------------------------------------------- changes
 
-    def load(self, revision: int, kvs: Iterable[KeyValue], total: int) -> CacheBatch[ValueT]:
-        """The first snapshot: every entry is an ``initial`` CREATED event. (The hot loop of a
-        start: one pass, no index or filter work unless configured.)"""
-        events: list[CacheEvent[ValueT]] = []
-        append, entries, created = events.append, self.entries, CacheEventType.CREATED
+    def load(
+        self, revision: int, kvs: Iterable[KeyValue], total: int, *, events: bool = True
+    ) -> CacheBatch[ValueT]:
+        """The first snapshot: every entry is an ``initial`` CREATED event (none are made
+        without ``events``). The hot loop of a start: one pass, no index or filter work
+        unless configured."""
+        made: list[CacheEvent[ValueT]] = []
+        append, entries, created = made.append, self.entries, CacheEventType.CREATED
         keep = self._filter
         for kv in kvs:
             key = kv.key.decode("utf-8", "surrogateescape")
@@ -88,9 +91,10 @@ class Store(Generic[ValueT]):
                 self._put(key, entry)
             else:
                 entries[key] = entry
-            append(CacheEvent(created, key, entry.value, None, revision, entry, None, True))
+            if events:
+                append(CacheEvent(created, key, entry.value, None, revision, entry, None, True))
         self.server_count = total
-        return CacheBatch(BatchKind.INITIAL, revision, tuple(events))
+        return CacheBatch(BatchKind.INITIAL, revision, tuple(made))
 
     def snapshot_batch(self, revision: int) -> CacheBatch[ValueT]:
         """The current entries as an ``INITIAL`` batch (for a reader that joins late)."""
