@@ -21,7 +21,8 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import IO
+from types import TracebackType
+from typing import IO, Any, TypeVar
 
 from etcd_recipes.errors import EtcdRecipeError
 from etcd_recipes.testing._binary import find_etcdctl_binary
@@ -261,3 +262,33 @@ def wait_stopped(pid: int, timeout: float = 2.0) -> None:
         if states and all(state in ("T", "t") for state in states):
             return
         time.sleep(0.002)
+
+
+_S = TypeVar("_S", bound="StartStop")
+
+
+class StartStop:
+    """``with x:`` starts ``x`` unless it runs already, and stops it on the way out -- the
+    context-manager half of every test process (servers, clusters, proxies)."""
+
+    def _started(self) -> bool:
+        raise NotImplementedError
+
+    def start(self) -> Any:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _S) -> _S:
+        if not self._started():
+            self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any
 
 from etcd_recipes.errors import (
@@ -32,6 +31,7 @@ from etcd_recipes.testing._process import (
     PORT_ATTEMPTS,
     EtcdStartupError,
     PortInUseError,
+    StartStop,
     free_ports,
     new_cluster_token,
 )
@@ -40,7 +40,7 @@ from etcd_recipes.testing.server import EtcdServer, _MemberSpec, _wait_all_ready
 __all__ = ["EtcdCluster"]
 
 
-class EtcdCluster:
+class EtcdCluster(StartStop):
     """``size`` etcd members started together with a shared ``--initial-cluster``.
 
     Options are passed to every member (see :class:`~etcd_recipes.testing.EtcdServer`).
@@ -90,18 +90,8 @@ class EtcdCluster:
 
     # ------------------------------------------------------------------ context manager
 
-    def __enter__(self) -> EtcdCluster:
-        if not self._members:
-            self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+    def _started(self) -> bool:
+        return bool(self._members)
 
     def __repr__(self) -> str:
         endpoints = self.endpoints if self._members else []

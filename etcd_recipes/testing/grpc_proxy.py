@@ -31,7 +31,6 @@ import time
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from etcd_recipes.errors import (
@@ -45,6 +44,7 @@ from etcd_recipes.testing._process import (
     PORT_ATTEMPTS,
     EtcdStartupError,
     ProcessState,
+    StartStop,
     duration_flag,
     end_process,
     free_ports,
@@ -65,7 +65,7 @@ _HEALTH_PROBE_TIMEOUT = 1.5  # the proxy's /health waits up to 1 s for etcd itse
 _AUTH_REFUSALS = ("user name is empty", "permission denied")
 
 
-class EtcdGrpcProxy:
+class EtcdGrpcProxy(StartStop):
     """``etcd grpc-proxy start`` on a free loopback port, in front of ``upstream``, for tests.
 
     ``upstream`` is an :class:`~etcd_recipes.testing.EtcdServer`, an
@@ -153,18 +153,8 @@ class EtcdGrpcProxy:
 
     # ------------------------------------------------------------------ context manager
 
-    def __enter__(self) -> EtcdGrpcProxy:
-        if not self.is_running:
-            self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+    def _started(self) -> bool:
+        return self.is_running
 
     def __repr__(self) -> str:
         where = f"127.0.0.1:{self._port}" if self._port else "no port yet"

@@ -31,10 +31,10 @@ import socket
 import struct
 import threading
 from collections.abc import Callable
-from types import TracebackType
 from typing import TypeVar
 
 from etcd_recipes.errors import AlreadyStartedError, InvalidArgumentError, NotStartedError
+from etcd_recipes.testing._process import StartStop
 
 __all__ = ["TcpProxy"]
 
@@ -67,7 +67,7 @@ class _Connection:
             task.cancel()
 
 
-class TcpProxy:
+class TcpProxy(StartStop):
     """Forward ``listen_host:listen_port`` to ``target_host:target_port``, with fault switches.
 
     ``listen_port=0`` picks a free port (see :attr:`endpoint`). All methods are thread-safe
@@ -133,18 +133,8 @@ class TcpProxy:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def __enter__(self) -> TcpProxy:
-        if self._thread is None:
-            self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+    def _started(self) -> bool:
+        return self._thread is not None
 
     def __repr__(self) -> str:
         listen = f"{self._listen_host}:{self._listen_port}"

@@ -34,7 +34,6 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from etcd_recipes.errors import (
     AlreadyStartedError,
@@ -49,6 +48,7 @@ from etcd_recipes.testing._process import (
     EtcdStartupError,
     PortInUseError,
     ProcessState,
+    StartStop,
     duration_flag,
     end_process,
     free_ports,
@@ -79,7 +79,7 @@ class _MemberSpec:
 # --------------------------------------------------------------------------- EtcdServer
 
 
-class EtcdServer(ServerAccess):
+class EtcdServer(ServerAccess, StartStop):
     """One real etcd process on free loopback ports, for tests.
 
     Synchronous API; a context manager (``with EtcdServer() as server: ...``) that starts and
@@ -176,18 +176,8 @@ class EtcdServer(ServerAccess):
 
     # ------------------------------------------------------------------ context manager
 
-    def __enter__(self) -> EtcdServer:
-        if not self.is_running:
-            self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+    def _started(self) -> bool:
+        return self.is_running
 
     def __repr__(self) -> str:
         where = f"127.0.0.1:{self._client_port}" if self._client_port else "no port yet"

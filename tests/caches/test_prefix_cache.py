@@ -90,7 +90,7 @@ async def test_typed_values_shape_controls_and_indexes(etcd_client, etcd_prefix)
     p = etcd_prefix + "svc/"
     await etcd_client.put(p + "a", b'{"zone": "eu", "port": 80, "blob": "xxxxxxxx"}')
     await etcd_client.put(p + "b", b'{"zone": "us", "port": 81, "blob": "yyyyyyyy"}')
-    await etcd_client.put(p + "skip-me", b'{"zone": "eu"}')
+    await etcd_client.put(p + "filtered-out", b'{"zone": "eu"}')
 
     def slim(node: dict) -> dict:
         return {"zone": node["zone"], "port": node["port"]}
@@ -100,11 +100,11 @@ async def test_typed_values_shape_controls_and_indexes(etcd_client, etcd_prefix)
         p,
         codec=JSON,
         transform=slim,
-        key_filter=lambda key: not key.endswith("skip-me"),
+        key_filter=lambda key: not key.endswith("filtered-out"),
     )
     async with cache:
         assert cache.get(p + "a") == {"zone": "eu", "port": 80}
-        assert p + "skip-me" not in cache and len(cache) == 2
+        assert p + "filtered-out" not in cache and len(cache) == 2
         cache.add_index("zone", lambda key, node: node["zone"])
         assert [k for k, _ in cache.by_index("zone", "eu")] == [p + "a"]
         written = await etcd_client.put(p + "b", b'{"zone": "eu", "port": 82}')
@@ -216,11 +216,15 @@ async def test_consistent_reads(etcd_client, etcd_prefix):
 async def test_cancelled_wait_for_revision_leaves_the_cache_working(etcd_client, etcd_prefix):
     p = etcd_prefix + "cw/"
     async with PrefixCache(etcd_client, p) as cache:
+        watches = etcd_client._watch_hub.watcher_count
         waiting = asyncio.create_task(cache.wait_for_revision(cache.revision + 10_000, timeout=30))
         await asyncio.sleep(0.3)
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting
+        # Nothing was left: no extra watch, and (a cache writes nothing) no key in its range.
+        assert etcd_client._watch_hub.watcher_count == watches
+        assert await server_state(etcd_client, p) == {}
         written = await etcd_client.put(p + "k", b"v")
         assert await cache.wait_for_revision(written.revision, timeout=5) >= written.revision
 
