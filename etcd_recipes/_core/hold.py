@@ -138,6 +138,8 @@ class Hold:
         self._guards: list[BodyGuard] = []
         self._loss_hooks: list[Callable[[BaseException | None], None]] = []
         self._monitor: asyncio.Task[None] | None = None
+        self.delete_confirmed = False
+        """After :meth:`release`: whether etcd answered its guarded delete."""
         self.listeners = ListenerSet("hold-lost")
 
     @property
@@ -220,8 +222,8 @@ class Hold:
             with contextlib.suppress(BaseException):
                 await asyncio.gather(key_watch, lease_lost, return_exceptions=True)
 
-    def _mark_lost(self, cause: BaseException | None) -> None:
-        if self._lost or self._released:
+    def _mark_lost(self, cause: BaseException | None, *, releasing: bool = False) -> None:
+        if self._lost or (self._released and not releasing):
             return
         self._lost = True
         self.lost_cause = cause
@@ -275,7 +277,12 @@ class Hold:
     async def release(self) -> bool:
         """Delete the key (only if it is still this hold's) and revoke the lease.
 
-        Returns False if the hold had already been lost. Idempotent; shielded and bounded.
+        Returns False if the hold had already been lost -- or was found lost by the release
+        itself: the delete is guarded on the key, so when its compare fails the hold was not
+        current any more (a process paused past its TTL, say) and the loss is reported now,
+        to the loss hooks and listeners, as the monitor would have. ``delete_confirmed`` then
+        tells whether etcd answered the delete (False: the key may still exist). Idempotent;
+        shielded and bounded.
         """
         if self._released:
             return False
@@ -284,12 +291,27 @@ class Hold:
         monitor, self._monitor = self._monitor, None
         if monitor is not None:
             monitor.cancel()
+        current: bool | None = None
         with anyio.CancelScope(shield=True):
             if monitor is not None:
                 with contextlib.suppress(BaseException):
                     await monitor
+            was_lost = was_lost or self._lost
             with anyio.move_on_after(5.0):
                 with contextlib.suppress(Exception):
-                    await self._client.txn([self.compare()], [Op.delete(self.key)])
+                    result = await self._client.txn([self.compare()], [Op.delete(self.key)])
+                    current = result.succeeded
+            self.delete_confirmed = current is not None
+            if current is False and not was_lost:
+                cause = self.lease.lost_cause if self.lease.is_lost else None
+                self._mark_lost(
+                    cause
+                    or self._error(
+                        f"{self._owner}: the hold was not current at release "
+                        "(its key or lease was gone)"
+                    ),
+                    releasing=True,
+                )
+                was_lost = True
             await self.lease.revoke()
         return not was_lost

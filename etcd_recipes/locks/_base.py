@@ -218,13 +218,19 @@ class _LockBase(ABC):
         return await self._release_held(th.held, view_done=True)
 
     async def _release_held(self, held: _Held, *, view_done: bool = False) -> bool:
+        drop = False
         if view_done:
             held.refs -= 1
-            if not any(th.held is held for th in self._holds.values()) and self in held.views:
-                held.views.remove(self)
+            drop = not any(th.held is held for th in self._holds.values()) and self in held.views
         if held.refs > 0:
+            if drop:
+                held.views.remove(self)
             return not (held.hold.is_lost or held.hold.is_released)
-        return await held.release()
+        try:
+            return await held.release()  # a loss found by the release reaches our listeners
+        finally:
+            if drop and self in held.views:
+                held.views.remove(self)
 
     # ---------------------------------------------------------------- scoped forms
 
