@@ -41,7 +41,7 @@ from ._core.convert import status as status_result
 from ._core.endpoints import ChannelSpec, build_channel
 from ._core.keys import key_bytes
 from ._core.lease import LeaseKeeper
-from ._core.lifecycle import misuse_error, verify
+from ._core.lifecycle import close_lease_pools, misuse_error, verify
 from ._core.rpc import AuthManager, RpcRunner
 from ._core.services import ServiceCalls
 from ._core.txn import AnyOp, Compare
@@ -184,14 +184,13 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         return self
 
     async def aclose(self) -> None:
-        """Stop watches and keep-alives and close the channel; idempotent.
-
-        Leases are not revoked here: recipes revoke their own; a bare lease dies at its TTL.
-        """
+        """Revoke the lock recipes' pooled leases, stop watches and keep-alives, close the
+        channel; idempotent. Other leases are not revoked: a bare one dies at its TTL."""
         if self._state == "closed":
             return
-        self._state = "closed"
         with anyio.CancelScope(shield=True):
+            await close_lease_pools(self)  # before "closed": revoking needs the client
+            self._state = "closed"
             await self._conn.aclose()
             if self._watches is not None:
                 await self._watches.aclose()

@@ -19,10 +19,11 @@ from ..errors import (
     TlsHandshakeError,
     WrongEventLoopError,
 )
+from .lease_pool import close_lease_pools
 from .rpc import await_call, await_stream_op
 from .wire import Wire
 
-__all__ = ["keep_alive_once", "misuse_error", "verify"]
+__all__ = ["close_lease_pools", "keep_alive_once", "misuse_error", "verify"]
 
 
 async def verify(wire: Wire, connect_timeout: float) -> None:

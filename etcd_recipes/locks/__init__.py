@@ -14,10 +14,12 @@ Key layouts:
   chars>``, value ``client_id`` (the JVM library's layout). Prefix reads use ``<path>/`` (the
   reference reads ``<path>`` without the slash, so ``/locks/ab`` disturbed ``/locks/a``).
 
-Every key is attached to the instance's **acquisition lease**, granted on first use and kept
-for the instance's later holds (like a Go session), so an uncontended acquire + release costs
-two raft writes: one transaction, one delete. The lease is never re-granted under a hold: once
-lost, the hold is gone.
+Every key is attached to an **acquisition lease** checked out from the client's pool (a Go
+session per client and TTL, see :mod:`etcd_recipes._core.lease_pool`): never one already used
+on the same path by this process, shared with holds on other paths, given back on release and
+revoked once idle or when the client closes -- so a mutex made per request costs no lease of
+its own, and an uncontended acquire + release costs two raft writes: one transaction, one
+guarded delete. A lease is never re-granted under a hold: once lost, every hold on it is gone.
 
 Guarantees:
 
@@ -33,10 +35,13 @@ Guarantees:
   (a timeout raises :class:`LockTimeoutError`); when the hold is **lost** (lease expired or
   revoked, key deleted), the lock-lost listeners fire once, ``connection_state`` becomes
   ``LOST``, the body is **cancelled** and the caller gets a
-  :class:`~etcd_recipes.errors.LockLostError`; ``release()`` then returns False;
+  :class:`~etcd_recipes.errors.LockLostError`; ``release()`` then returns False -- also when
+  the release is the first to find out (its delete is guarded on the key), and then it reports
+  the loss as above;
 * cancelling an acquisition (task cancel, ``anyio.fail_after``, ``asyncio.timeout``, Ctrl-C in
-  the blocking facade) deletes its waiter key and, when the instance holds nothing else,
-  revokes its lease, before the cancellation propagates unchanged; the next waiter in line
+  the blocking facade) deletes its waiter key and gives its lease back to the pool (revoked
+  once idle; retired at once if the delete was not confirmed), before the cancellation
+  propagates unchanged; the next waiter in line
   is woken by that deletion and is not delayed;
 * every hold has a **fencing token** (its key's create revision, larger for every later hold
   on the path) and a compare (:meth:`LockHold.compare`, :meth:`DistributedMutex.is_owner`) so a

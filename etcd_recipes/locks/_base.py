@@ -19,6 +19,7 @@ import anyio
 
 from .._core.caller import Caller, caller_or_none
 from .._core.hold import Hold
+from .._core.lease_pool import LeaseCheckout
 from .._core.listeners import ListenerSet
 from .._core.recipe import Recipe
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
@@ -41,6 +42,7 @@ from ..types import (
 )
 from ._holds import _Held, _lost_while_running, _scoped_body, _TaskHold
 from ._session import (
+    _abandon,
     _Busy,
     _deadline_scope,
     _leased_txn,
@@ -48,7 +50,6 @@ from ._session import (
     _range,
     _Requeue,
     _Session,
-    _SessionLease,
     _task,
 )
 from ._waiters import _first_below, _read_queue, _wait_for_deletion
@@ -420,28 +421,27 @@ class _Queued(_LockBase):
     _lost_error: type[LostError] = LockLostError
 
     @abstractmethod
-    def _new_key(self, lease: _SessionLease) -> tuple[str, bytes]:
+    def _new_key(self, lease_id: int) -> tuple[str, bytes]:
         """The key (and value) this waiter queues under."""
 
     async def _take(self, wait: bool = True) -> _Held:
         while True:
-            lease = await self._session.join()
-            key, value = self._new_key(lease)
+            checkout = await self._session.join()
+            key, value = self._new_key(checkout.lease.id)
             try:
-                return await self._queue(lease, key, value, wait)
+                return await self._queue(checkout, key, value, wait)
             except _Requeue as exc:
                 self._recipe._record_exception(exc, "requeue")
                 log.info("%s: %s; queueing again", self._name, exc)
                 await asyncio.sleep(exc.delay)
 
-    async def _queue(self, lease: _SessionLease, key: str, value: bytes, wait: bool) -> _Held:
+    async def _queue(self, checkout: LeaseCheckout, key: str, value: bytes, wait: bool) -> _Held:
         client = self._recipe._client
+        lease = checkout.lease
         created = False
 
         async def cleanup() -> None:
-            if created:
-                await client.delete(key)
-            await self._session.abandon(lease)
+            await _abandon(client, self._session, checkout, key if created else None)
 
         async with abort_guard(cleanup, what=f"{self._name}: abandoning an acquisition"):
             newest = Op.get(
@@ -457,7 +457,7 @@ class _Queued(_LockBase):
                 _leased_txn(
                     client,
                     self._session,
-                    lease,
+                    checkout,
                     [Cmp.create_revision(key) == 0],
                     [Op.put(key, value, lease=lease.id), newest],
                     [Op.get(key, keys_only=True)],
@@ -480,7 +480,7 @@ class _Queued(_LockBase):
                 predecessor, seen = await self._below(key, mine)
             hold = Hold(client, key, lease, mine, self._lost_error, self._name)
             _monitor_soon(hold, seen)
-            return _Held(hold, lease, self._session)
+            return _Held(hold, checkout, self._session)
 
     async def _below(self, key: str, mine: int) -> tuple[KeyValue | None, int]:
         """The nearest conflicting predecessor, and the revision of the read; checks that our

@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from .._core.caller import Caller
 from .._core.hold import Hold
+from .._core.lease_pool import LeaseCheckout, PooledLease
 from ..errors import (
     LostError,
     RecipeClosedError,
 )
-from ._session import _Session, _SessionLease
+from ._session import _Session
 from .hold import LockHold
 
 if TYPE_CHECKING:
@@ -30,9 +31,10 @@ class _Held:
     """A hold in etcd, shared by the task holds that use it (a downgraded read shares the
     write's) and released when the last of them lets go."""
 
-    def __init__(self, hold: Hold, lease: _SessionLease, session: _Session) -> None:
+    def __init__(self, hold: Hold, checkout: LeaseCheckout, session: _Session) -> None:
         self.hold = hold
-        self.lease = lease
+        self.checkout = checkout
+        self.lease: PooledLease = checkout.lease
         self.session = session
         self.public = LockHold(hold)
         self.refs = 0
@@ -53,9 +55,10 @@ class _Held:
         try:
             return await self.hold.release()
         finally:
-            self.session.leave(self.lease)
             if self.serial is not None:
                 self.serial.release()
+            # A key whose delete etcd did not answer may remain: the pool revokes its lease.
+            await self.session.leave(self.checkout, retire=not self.hold.delete_confirmed)
 
 
 def _lost_while_running(

@@ -1,6 +1,6 @@
-"""The locks family's session: the acquisition lease an instance keeps across its holds (a Go
-``concurrency.Session``), leased transactions that notice a lease etcd forgot, and the small
-task and deadline helpers every lock recipe shares. Package-private.
+"""The locks family's session: a recipe's share of the client's pooled acquisition leases (a Go
+``concurrency.Session`` per client and TTL), leased transactions that notice a lease etcd
+forgot, and the small task and deadline helpers every lock recipe shares. Package-private.
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ import anyio
 
 from .._core.caller import Caller, current_caller
 from .._core.hold import Hold
-from .._core.lease import AcquisitionLease
+from .._core.lease_pool import LeaseCheckout, LeasePool, lease_pool
 from .._core.txn import AnyOp, Compare
-from .._core.waiting import run_shielded
 from ..errors import (
     LeaseNotFoundError,
     RecipeClosedError,
@@ -78,100 +77,72 @@ def _task() -> Caller:
     return current_caller()
 
 
-class _SessionLease(AcquisitionLease):
-    """The acquisition lease shared by an instance's successive holds (a Go "session").
-
-    :class:`~etcd_recipes._core.hold.Hold` revokes its lease on release; here a release must
-    keep it for the instance's next hold, so :meth:`revoke` is a no-op and :meth:`end` revokes.
-    """
-
-    async def revoke(self) -> None:
-        """Kept for the instance's next hold (see :meth:`end`)."""
-
-    async def end(self) -> None:
-        """Stop keeping the lease alive and revoke it (shielded and bounded)."""
-        await super().revoke()
-
-
-async def _grant_or_revoke(lease: _SessionLease) -> None:
-    """Grant ``lease``; if the caller is cancelled meanwhile, the grant may still land on the
-    server, so let it finish (shielded, bounded) and revoke it: no lease is left behind."""
-    grant = asyncio.ensure_future(lease.grant())
-    try:
-        await asyncio.shield(grant)
-    except asyncio.CancelledError:
-
-        async def undo() -> None:
-            with contextlib.suppress(Exception):
-                await grant
-            await lease.end()
-
-        await run_shielded(undo, what="revoking the lease of a cancelled acquisition")
-        raise
-
-
 class _Session:
-    """The instance's acquisition lease: granted on first use, kept across holds, dropped when
-    lost (a new one is granted by the next acquisition), revoked when an aborted acquisition
-    leaves it unused, and on close."""
+    """A recipe's share of the client's pooled acquisition leases
+    (:mod:`etcd_recipes._core.lease_pool`): each acquisition checks out a lease not in use on
+    the recipe's path, kept by the hold it becomes and given back on release (or when the
+    acquisition is aborted, or the recipe closed). Lease events reach the recipe while it has
+    the lease checked out."""
 
-    def __init__(self, client: EtcdClient, ttl: int, on_event: Callable[[LeaseEvent], Any]) -> None:
+    def __init__(
+        self, client: EtcdClient, ttl: int, path: str, on_event: Callable[[LeaseEvent], Any]
+    ) -> None:
         self._client = client
         self._ttl = ttl
+        self._path = path
         self._on_event = on_event
-        self._lease: _SessionLease | None = None
-        self._users = 0  # waiter keys and holds attached to the current lease
-        self._granting: asyncio.Lock | None = None
+        self._checkouts: list[LeaseCheckout] = []
         self._closed = False
 
     @property
-    def lease(self) -> _SessionLease | None:
-        return self._lease
+    def leases(self) -> list[int]:
+        """The ids of the leases this recipe has checked out now."""
+        return [c.lease.id for c in self._checkouts]
 
-    async def join(self) -> _SessionLease:
-        """The live lease (granted if needed), counted as used until :meth:`leave`."""
+    def _pool(self) -> LeasePool:
+        return lease_pool(self._client, self._ttl)
+
+    async def join(self) -> LeaseCheckout:
+        """Check out a live lease for one acquisition (and the hold it becomes)."""
         if self._closed:
             raise RecipeClosedError("the lock was closed")
-        if self._granting is None:
-            self._granting = asyncio.Lock()
-        async with self._granting:
-            lease = self._lease
-            if lease is None or lease.is_lost:
-                lease = _SessionLease(self._client, self._ttl)
-                lease.add_listener(self._on_event)
-                await _grant_or_revoke(lease)
-                if self._closed:
-                    await lease.end()
-                    raise RecipeClosedError("the lock was closed")
-                self._lease, self._users = lease, 0
-            self._users += 1
-            return lease
+        checkout = await self._pool().checkout(self._path, self._on_event)
+        if self._closed:
+            await self._pool().give_back(checkout)
+            raise RecipeClosedError("the lock was closed")
+        self._checkouts.append(checkout)
+        return checkout
 
-    def discard(self, lease: _SessionLease) -> None:
-        """etcd no longer knows ``lease`` (revoked out of band before the keep-alive noticed):
-        the next acquisition grants a new one."""
-        if lease is self._lease:
-            self._lease, self._users = None, 0
+    def discard(self, checkout: LeaseCheckout, cause: BaseException) -> None:
+        """etcd no longer knows the lease (revoked out of band before the keep-alive
+        noticed): it is lost -- for every hold on it -- and never handed out again."""
+        self._pool().lost(checkout, cause)
 
-    def leave(self, lease: _SessionLease) -> None:
-        """A hold on ``lease`` was released; the lease stays for the next acquisition."""
-        if lease is self._lease:
-            self._users = max(0, self._users - 1)
-
-    async def abandon(self, lease: _SessionLease) -> None:
-        """An acquisition on ``lease`` was aborted: revoke the lease if nothing else uses it."""
-        if lease is not self._lease:
-            return
-        self._users = max(0, self._users - 1)
-        if self._users == 0 and not lease.is_lost:
-            self._lease = None
-            await lease.end()
+    async def leave(self, checkout: LeaseCheckout, *, retire: bool = False) -> None:
+        """Give the lease back (a hold released, an acquisition aborted); ``retire`` when a
+        key of ours may remain on it (its delete was not answered): the pool revokes it."""
+        with contextlib.suppress(ValueError):
+            self._checkouts.remove(checkout)
+        await self._pool().give_back(checkout, retire=retire)
 
     async def close(self) -> None:
         self._closed = True
-        lease, self._lease = self._lease, None
-        if lease is not None and not lease.is_lost:
-            await lease.end()
+        for checkout in list(self._checkouts):
+            await self.leave(checkout)
+
+
+async def _abandon(
+    client: EtcdClient, session: _Session, checkout: LeaseCheckout, key: str | None
+) -> None:
+    """An acquisition was aborted: delete its waiter ``key`` (if it may exist) and give the
+    lease back -- retired if the delete failed, so the key goes with the lease."""
+    try:
+        if key is not None:
+            await client.delete(key)
+    except BaseException:
+        await session.leave(checkout, retire=True)
+        raise
+    await session.leave(checkout)
 
 
 def _range(result: TxnResult, index: int) -> RangeResult:
@@ -183,7 +154,7 @@ def _range(result: TxnResult, index: int) -> RangeResult:
 async def _leased_txn(
     client: EtcdClient,
     session: _Session,
-    lease: _SessionLease,
+    checkout: LeaseCheckout,
     compare: Sequence[Compare],
     success: Sequence[AnyOp],
     failure: Sequence[AnyOp] = (),
@@ -194,5 +165,5 @@ async def _leased_txn(
     try:
         return await client.txn(compare, success, failure)
     except LeaseNotFoundError as exc:
-        session.discard(lease)
-        raise _Requeue(f"lease {lease.id:x} no longer exists", delay=0.0) from exc
+        session.discard(checkout, exc)
+        raise _Requeue(f"lease {checkout.lease.id:x} no longer exists", delay=0.0) from exc

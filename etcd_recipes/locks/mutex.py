@@ -16,7 +16,7 @@ from ..errors import (
 )
 from ..events import LeaseEvent, LeaseSuspended
 from ._base import _LockBase, _Queued
-from ._session import _Session, _SessionLease
+from ._session import _Session
 from .hold import DEFAULT_TTL
 
 if TYPE_CHECKING:
@@ -33,8 +33,8 @@ class DistributedMutex(_Queued, Recipe):
     the JVM library on the same path.
 
     ``async with mutex:`` acquires the lock for the body (this is the lock's context, not the
-    recipe's lifecycle: close the instance with ``aclose()``). The instance keeps one
-    acquisition lease across holds.
+    recipe's lifecycle: close the instance with ``aclose()``). Its leases come from the
+    client's pool, so an instance per request is cheap (no lease of its own).
     Holds are per asyncio task and reentrant.
 
     Example::
@@ -65,11 +65,11 @@ class DistributedMutex(_Queued, Recipe):
         self.lease_ttl = check_ttl(lease_ttl)
         """The acquisition lease's TTL in whole seconds."""
         self._conflicts = path + "/"
-        session = _Session(client, self.lease_ttl, self._on_lease_event)
+        session = _Session(client, self.lease_ttl, self.path, self._on_lease_event)
         _LockBase.__init__(self, self, session, self.exception_context, serial=True)
 
-    def _new_key(self, lease: _SessionLease) -> tuple[str, bytes]:
-        return f"{self._conflicts}{lease.id:x}", b""
+    def _new_key(self, lease_id: int) -> tuple[str, bytes]:
+        return f"{self._conflicts}{lease_id:x}", b""
 
     async def __aenter__(self: _M) -> _M:
         """Acquire the lock for the body (waits as long as it takes; see :meth:`with_lock`)."""

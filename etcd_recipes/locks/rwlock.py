@@ -20,7 +20,7 @@ from ..errors import (
 from ..events import LeaseEvent, LeaseSuspended
 from ._base import _LockBase, _Queued
 from ._holds import _Held
-from ._session import _Session, _SessionLease
+from ._session import _Session
 from .hold import DEFAULT_TTL
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ class ReadWriteLockView(_Queued):
         """``"read"`` or ``"write"``."""
         return self._mode
 
-    def _new_key(self, lease: _SessionLease) -> tuple[str, bytes]:
+    def _new_key(self, lease_id: int) -> tuple[str, bytes]:
         token = f"{self._rw.client_id}:{random_token()}"
         return f"{self._own_prefix}{token}", self._rw.client_id.encode()
 
@@ -133,7 +133,7 @@ class DistributedReadWriteLock(Recipe):
         super().__init__(client, path, client_id=client_id)
         self.lease_ttl = check_ttl(lease_ttl)
         """The acquisition lease's TTL in whole seconds."""
-        self._session = _Session(client, self.lease_ttl, self._on_lease_event)
+        self._session = _Session(client, self.lease_ttl, self.path, self._on_lease_event)
         self.read_lock: ReadWriteLockView = ReadWriteLockView(self, "read")
         """The shared side."""
         self.write_lock: ReadWriteLockView = ReadWriteLockView(self, "write")

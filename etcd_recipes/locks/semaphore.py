@@ -8,8 +8,8 @@ Key layout (shared with the JVM library):
   by the first instance (``If(version == 0)``) and never leased; an instance whose ``permits``
   differs raises :class:`SemaphorePermitMismatchError` on first use;
 * ``<path>/holders/<client_id>:<7 chars>`` -- one key per acquisition, **waiters included**,
-  value ``client_id``, on the instance's acquisition lease (kept across its permits, never
-  re-granted under a permit). An acquisition is admitted when fewer than ``permits`` holder
+  value ``client_id``, on an acquisition lease from the client's pool (one not used on this
+  path by another permit or waiter of this process; never re-granted under a permit). An acquisition is admitted when fewer than ``permits`` holder
   keys are older than its own (its *rank*), so grants are FIFO by create revision.
 
 Guarantees:
@@ -26,8 +26,8 @@ Guarantees:
   listeners, ``connection_state`` becomes ``LOST``, a scoped body is cancelled with
   :class:`~etcd_recipes.errors.PermitLostError`, and the ``release()`` that would have
   returned it returns False;
-* a cancelled or timed-out acquisition deletes its waiter key (and revokes the lease when the
-  instance holds nothing else) before the cancellation propagates;
+* a cancelled or timed-out acquisition deletes its waiter key (and gives its lease back to the
+  pool, which revokes it once idle) before the cancellation propagates;
 * every permit has a fencing token and a compare (:class:`~etcd_recipes.lock.LockHold`).
 
 Not guaranteed: like every lease-based lock, a holder paused or partitioned past its TTL may
@@ -53,6 +53,7 @@ import anyio
 from .._core.caller import Caller
 from .._core.hold import Hold
 from .._core.keys import append_to_path, random_token
+from .._core.lease_pool import LeaseCheckout, PooledLease
 from .._core.listeners import ListenerSet
 from .._core.recipe import Recipe
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
@@ -77,6 +78,7 @@ from ..types import (
 )
 from ._holds import _Held, _lost_while_running, _scoped_body
 from ._session import (
+    _abandon,
     _Busy,
     _deadline_scope,
     _leased_txn,
@@ -84,7 +86,6 @@ from ._session import (
     _range,
     _Requeue,
     _Session,
-    _SessionLease,
     _task,
 )
 from ._waiters import _read_queue, _wait_unless_lost
@@ -153,7 +154,7 @@ class DistributedSemaphore(Recipe):
         """The acquisition lease's TTL in whole seconds."""
         self._permits_key = append_to_path(path, "permits")
         self._holders = append_to_path(path, "holders") + "/"
-        self._session = _Session(client, self.lease_ttl, self._on_lease_event)
+        self._session = _Session(client, self.lease_ttl, self.path, self._on_lease_event)
         self._validated = False
         self._stack: list[_Permit] = []  # permits taken with acquire(), oldest first
         self._scoped: list[_Permit] = []  # permits of async-with blocks
@@ -326,24 +327,23 @@ class DistributedSemaphore(Recipe):
 
     async def _take(self, wait: bool = True) -> _Held:
         while True:
-            lease = await self._session.join()
+            checkout = await self._session.join()
             key = f"{self._holders}{self.client_id}:{random_token()}"
             try:
-                return await self._queue(lease, key, wait)
+                return await self._queue(checkout, key, wait)
             except _Requeue as exc:
                 self._record_exception(exc, "requeue")
                 log.info("%s: %s; queueing again", self.exception_context, exc)
                 await asyncio.sleep(exc.delay)
 
-    async def _queue(self, lease: _SessionLease, key: str, wait: bool) -> _Held:
+    async def _queue(self, checkout: LeaseCheckout, key: str, wait: bool) -> _Held:
         client = self._client
+        lease = checkout.lease
         value = self.client_id.encode()
         created = False
 
         async def cleanup() -> None:
-            if created:
-                await client.delete(key)
-            await self._session.abandon(lease)
+            await _abandon(client, self._session, checkout, key if created else None)
 
         async with abort_guard(cleanup, what=f"{self.exception_context}: abandoning a waiter"):
             created = True
@@ -351,7 +351,7 @@ class DistributedSemaphore(Recipe):
                 _leased_txn(
                     client,
                     self._session,
-                    lease,
+                    checkout,
                     [Cmp.create_revision(key) == 0],
                     [
                         Op.put(key, value, lease=lease.id),
@@ -386,7 +386,7 @@ class DistributedSemaphore(Recipe):
                 touch = await _leased_txn(
                     client,
                     self._session,
-                    lease,
+                    checkout,
                     [Cmp.create_revision(key) == mine],
                     [Op.put(key, value, lease=lease.id)],
                 )
@@ -395,10 +395,10 @@ class DistributedSemaphore(Recipe):
                 seen = touch.revision
             hold = Hold(client, key, lease, mine, PermitLostError, self.exception_context)
             _monitor_soon(hold, seen)
-            return _Held(hold, lease, self._session)
+            return _Held(hold, checkout, self._session)
 
     async def _wait_first(
-        self, lease: _SessionLease, key: str, mine: int, earlier: list[KeyValue], seen: int
+        self, lease: PooledLease, key: str, mine: int, earlier: list[KeyValue], seen: int
     ) -> None:
         """First in line: wait for any of the ``permits`` older holder keys to go."""
         client = self._client
@@ -429,7 +429,7 @@ class DistributedSemaphore(Recipe):
         if not ok:
             raise _Requeue(f"lease {lease.id:x} was lost while waiting")
 
-    async def _wait_behind(self, lease: _SessionLease, predecessor: KeyValue, seen: int) -> None:
+    async def _wait_behind(self, lease: PooledLease, predecessor: KeyValue, seen: int) -> None:
         """Further back: wait until the waiter ahead is admitted (it touches its key) or
         leaves (its key is deleted)."""
         client = self._client

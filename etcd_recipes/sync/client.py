@@ -92,10 +92,8 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
         return result
 
     def close(self) -> None:
-        """Stop watches and keep-alives and close the channel; idempotent.
-
-        Leases are not revoked here: recipes revoke their own; a bare lease dies at its TTL.
-        """
+        """Revoke the lock recipes' pooled leases, stop watches and keep-alives, close the
+        channel; idempotent. Other leases are not revoked: a bare one dies at its TTL."""
         try:
             self._rt.call_closing(self._a.aclose)
         finally:

@@ -74,6 +74,27 @@ async def lease_alive(client: EtcdClient, lease_id: int) -> bool:
     return (await client.lease_time_to_live(lease_id)).ttl > 0
 
 
+async def lease_keys(client: EtcdClient, lease_id: int) -> list[bytes]:
+    """The keys attached to ``lease_id`` on the server (empty when it does not exist)."""
+    return list((await client.lease_time_to_live(lease_id, keys=True)).keys)
+
+
+def short_idle_window(monkeypatch: Any, seconds: float = 0.3) -> None:
+    """Make the client's pooled lock leases idle out after ``seconds`` (tests wait for it)."""
+    from etcd_recipes._core import lease_pool
+
+    monkeypatch.setattr(lease_pool, "IDLE_SECONDS", seconds)
+
+
+async def server_leases(client: EtcdClient) -> set[int]:
+    """The ids of the leases that exist on the server (a raw LeaseLeases call)."""
+    from aetcd import rpc as pb
+
+    stub = pb.LeaseStub(client._channel_or_raise())
+    resp = await stub.LeaseLeases(pb.LeaseLeasesRequest(), metadata=client._runner.metadata())
+    return {int(lease.ID) for lease in resp.leases}
+
+
 async def queued(client: EtcdClient, prefix: str, n: int, timeout: float = 10.0) -> list[bytes]:
     """Wait until ``n`` keys are queued under ``prefix``; return them, oldest first."""
     loop = asyncio.get_running_loop()

@@ -1,6 +1,6 @@
 """The cancellation contract for lock acquisitions: a cancelled acquire leaves no waiter key and
-no lease (read back from etcd), re-raises the caller's own cancellation, and does not delay the
-next waiter in line."""
+no lease (read back from etcd: its pooled lease carries no key and is revoked once idle),
+re-raises the caller's own cancellation, and does not delay the next waiter in line."""
 
 from __future__ import annotations
 
@@ -11,8 +11,14 @@ import anyio
 import pytest
 
 from etcd_recipes import DistributedMutex, DistributedReadWriteLock, DistributedSemaphore
+from tests.helpers import eventually
 
-from .helpers import keys, lease_alive, lease_of, queued
+from .helpers import keys, lease_alive, lease_keys, lease_of, queued, short_idle_window
+
+
+@pytest.fixture(autouse=True)
+def _short_idle(monkeypatch):
+    short_idle_window(monkeypatch)
 
 
 async def _cancel_task(coro):
@@ -51,8 +57,11 @@ async def test_cancelled_mutex_waiter_leaves_nothing_and_delays_no_one(
     await attempt  # cancelled meanwhile (it was queued between the holder and next_in_line)
     remaining = await keys(etcd_client, path + "/")
     assert doomed not in remaining and len(remaining) == 2
-    assert not await lease_alive(etcd_client, lease_of(doomed))
-    assert cancelled._session.lease is None
+    assert await lease_keys(etcd_client, lease_of(doomed)) == []
+    assert cancelled._session.leases == []
+    await eventually(
+        lambda: _dead(etcd_client, lease_of(doomed)), what="the idle lease to be revoked"
+    )
     released = time.monotonic()
     await holder.release()
     assert await asyncio.wait_for(next_task, 5)
@@ -90,9 +99,18 @@ async def test_cancelled_at_any_point_leaves_nothing(etcd_client, etcd_prefix, d
     del etcd_client.lease_grant
     assert outcomes == {"timeout"}
     assert [lease_of(k) for k in await keys(etcd_client, path + "/")] == [holder.hold.lease_id]
-    alive = [lease for lease in granted if await lease_alive(etcd_client, lease)]
-    assert alive == [holder.hold.lease_id]
+    for lease in granted:
+        if lease != holder.hold.lease_id:
+            assert await lease_keys(etcd_client, lease) == []
+            await eventually(
+                lambda gone=lease: _dead(etcd_client, gone), what="idle leases revoked"
+            )
+    assert await lease_alive(etcd_client, holder.hold.lease_id)
     await holder.aclose()
+
+
+async def _dead(client, lease_id: int) -> bool:
+    return not await lease_alive(client, lease_id)
 
 
 async def test_cancelled_rw_waiter_leaves_nothing(etcd_client, etcd_prefix):
@@ -103,7 +121,7 @@ async def test_cancelled_rw_waiter_leaves_nothing(etcd_client, etcd_prefix):
     await _fail_after(waiter.write_lock.acquire())
     (key,) = await keys(etcd_client, path + "/")
     assert key.startswith(f"{path}/read-".encode())
-    assert waiter._session.lease is None
+    assert waiter._session.leases == []
     await holder.aclose()
     await waiter.aclose()
 
@@ -119,7 +137,7 @@ async def test_cancelled_semaphore_waiter_leaves_nothing(etcd_client, etcd_prefi
     await queued(etcd_client, path + "/holders/", 3)
     await attempt
     assert len(await keys(etcd_client, path + "/holders/")) == 2
-    assert waiter._session.lease is None
+    assert waiter._session.leases == []
     await holder.release()
     assert await asyncio.wait_for(next_task, 2)
     await next_in_line.release()

@@ -31,8 +31,8 @@ class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
     the JVM library on the same path.
 
     ``with mutex:`` acquires the lock for the body (this is the lock's context, not the
-    recipe's lifecycle: close the instance with ``close()``). The instance keeps one
-    acquisition lease across holds.
+    recipe's lifecycle: close the instance with ``close()``). Its leases come from the
+    client's pool, so an instance per request is cheap (no lease of its own).
     Holds are per thread and reentrant.
 
     Example::
