@@ -156,7 +156,7 @@ from .events import (
     state_after,
 )
 from .keyvalue import TransientKeyValue
-from .locks.hold import LockHold
+from .locks.hold import LockHold, LockParticipant
 from .locks.mutex import DistributedMutex
 from .locks.rwlock import DistributedReadWriteLock, ReadWriteLockView
 from .locks.semaphore import DistributedSemaphore
@@ -284,6 +284,7 @@ __all__ = [
     "LeaseRestored",
     "LeaseSuspended",
     "LockHold",
+    "LockParticipant",
     "LockLostError",
     "LockNotHeldError",
     "LockTimeoutError",

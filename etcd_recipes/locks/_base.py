@@ -282,6 +282,24 @@ class _LockBase(ABC):
 
     # ---------------------------------------------------------------- state
 
+    def _describe(self) -> str:
+        """The instance's state for ``repr`` (any caller, any thread: no I/O, no task)."""
+        if self._recipe.is_closed:
+            return "closed"
+        try:
+            holds = list(self._holds.values())
+        except RuntimeError:  # changed meanwhile (a facade repr runs in the caller's thread)
+            holds = []
+        live = [th for th in holds if th.is_valid]
+        waiting = ", acquiring" if self._aborts else ""
+        if live:
+            hold = live[-1].held.hold
+            count = f"{len(live)} holders, " if len(live) > 1 else ""
+            return f"held ({count}token {hold.fencing_token}, lease {hold.lease.id:x}){waiting}"
+        if any(th.held.hold.is_lost for th in holds):
+            return f"lost (release() it){waiting}"
+        return "acquiring" if waiting else "not held"
+
     @property
     def is_held(self) -> bool:
         """Whether the calling task holds the lock (and the hold is not lost).

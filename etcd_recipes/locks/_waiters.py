@@ -23,6 +23,7 @@ from ..types import (
     WatchEvent,
 )
 from ._session import _Requeue
+from .hold import LockParticipant
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
@@ -126,3 +127,17 @@ def _first_below(kvs: Sequence[KeyValue], revision: int) -> KeyValue | None:
         if 0 < kv.create_revision < revision:
             return kv
     return None
+
+
+async def _participants(
+    client: EtcdClient, prefix: str, admitted: Callable[[int, KeyValue], bool]
+) -> list[LockParticipant]:
+    """Every key under ``prefix``, oldest first (one read), ``admitted(rank, kv)`` telling
+    which hold the lock; ``admitted`` is asked in order and sees every earlier key."""
+    found = await client.range(
+        prefix, prefix=True, sort_target=SortTarget.CREATE, sort_order=SortOrder.ASCEND
+    )
+    return [
+        LockParticipant(kv.key, kv.lease, kv.create_revision, admitted(rank, kv), kv.value)
+        for rank, kv in enumerate(found.kvs)
+    ]

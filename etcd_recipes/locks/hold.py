@@ -6,6 +6,7 @@ the lock recipes, never by users.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._core.hold import Hold
@@ -18,13 +19,39 @@ from ..types import (
 if TYPE_CHECKING:
     pass
 
-__all__ = ["DEFAULT_TTL", "LockHold", "LockLostListener"]
+__all__ = ["DEFAULT_TTL", "LockHold", "LockLostListener", "LockParticipant"]
 
 DEFAULT_TTL = 2
 """Seconds: the acquisition lease TTL of the lock recipes (the reference's ``DEFAULT_TTL_SECS``)."""
 
 LockLostListener = Callable[[BaseException | None], Any]
 """Called with the cause (or ``None``) once per lost hold (or permit)."""
+
+
+@dataclass(frozen=True)
+class LockParticipant:
+    """One key queued on a lock, semaphore or read-write lock, as ``contenders()`` and
+    ``holders()`` list them (oldest first): its ``key``, ``lease_id``, ``create_revision``
+    (its place in line, and its fencing token once it holds), ``value`` (the owner's client id
+    for the read-write lock and the semaphore; empty for the mutex) and whether it holds the
+    lock now (``is_holder``) -- as of one read, so advisory.
+
+    Example::
+
+        from etcd_recipes import DistributedMutex
+
+        mutex = DistributedMutex(client, f"{prefix}/jobs-lock")
+        async with mutex:
+            (me,) = await mutex.holders()
+            print(me.is_holder, me.lease_id == mutex.hold.lease_id)  # True True
+        await mutex.aclose()
+    """
+
+    key: bytes
+    lease_id: int
+    create_revision: int
+    is_holder: bool
+    value: bytes = b""
 
 
 class LockHold:

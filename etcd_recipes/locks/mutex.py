@@ -17,7 +17,8 @@ from ..errors import (
 from ..events import LeaseEvent, LeaseSuspended
 from ._base import _LockBase, _Queued
 from ._session import _Session
-from .hold import DEFAULT_TTL
+from ._waiters import _participants
+from .hold import DEFAULT_TTL, LockParticipant
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
@@ -88,6 +89,41 @@ class DistributedMutex(_Queued, Recipe):
         """Whether anyone holds (or waits for) the lock: one count-only read, advisory."""
         self._check_open()
         return (await self._client.count(self._conflicts)) > 0
+
+    async def contenders(self) -> list[LockParticipant]:
+        """Everyone holding or waiting for the lock, in line order (one read, advisory): the
+        first one holds it (``is_holder``). Other clients' keys count too (``etcdctl lock``,
+        Go, the JVM library).
+
+        Example::
+
+            from etcd_recipes import DistributedMutex
+
+            mutex = DistributedMutex(client, f"{prefix}/report-lock")
+            async with mutex:
+                (first,) = await mutex.contenders()
+                print(first.key == mutex.hold.key, first.is_holder)  # True True
+            print(await mutex.contenders())  # []
+            await mutex.aclose()
+        """
+        self._check_open()
+        return await _participants(self._client, self._conflicts, lambda rank, kv: rank == 0)
+
+    async def holders(self) -> list[LockParticipant]:
+        """The holder, as a one-item list (empty when the lock is free); one read, advisory.
+
+        Example::
+
+            from etcd_recipes import DistributedMutex
+
+            mutex = DistributedMutex(client, f"{prefix}/report-lock")
+            print(await mutex.holders())  # []
+            await mutex.aclose()
+        """
+        return [p for p in await self.contenders() if p.is_holder]
+
+    def __repr__(self) -> str:
+        return f"<{self.exception_context} {self._describe()} {self.connection_state.value}>"
 
     def _on_lease_event(self, event: LeaseEvent) -> None:
         if isinstance(event, LeaseSuspended):

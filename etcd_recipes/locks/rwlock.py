@@ -18,10 +18,12 @@ from ..errors import (
     LockUpgradeError,
 )
 from ..events import LeaseEvent, LeaseSuspended
+from ..types import KeyValue
 from ._base import _LockBase, _Queued
 from ._holds import _Held
 from ._session import _Session
-from .hold import DEFAULT_TTL
+from ._waiters import _participants
+from .hold import DEFAULT_TTL, LockParticipant
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
@@ -90,6 +92,9 @@ class ReadWriteLockView(_Queued):
     ) -> None:
         await self._exit(exc_type, exc, tb)
 
+    def __repr__(self) -> str:
+        return f"<ReadWriteLockView {self._name} {self._describe()}>"
+
     async def is_locked(self) -> bool:
         """Whether anyone holds (or waits for) this side: one count-only read, advisory."""
         self._rw._check_open()
@@ -138,6 +143,53 @@ class DistributedReadWriteLock(Recipe):
         """The shared side."""
         self.write_lock: ReadWriteLockView = ReadWriteLockView(self, "write")
         """The exclusive side."""
+
+    async def contenders(self) -> list[LockParticipant]:
+        """Every reader and writer holding or waiting, in line order (one read, advisory);
+        ``is_holder`` marks the readers with no writer ahead of them, or the writer first in
+        line. A participant's side is in its key (``.../read-...``, ``.../write-...``).
+
+        Example::
+
+            from etcd_recipes import DistributedReadWriteLock
+
+            rw = DistributedReadWriteLock(client, f"{prefix}/catalog")
+            async with rw.read_lock:
+                (me,) = await rw.contenders()
+                print(b"/read-" in me.key, me.is_holder)  # True True
+            await rw.aclose()
+        """
+        self._check_open()
+        base = self.read_lock._conflicts.removesuffix("write-")
+        reads, writes = (f"{base}{mode}-".encode() for mode in ("read", "write"))
+        writer_ahead = False
+
+        def admitted(rank: int, kv: KeyValue) -> bool:
+            nonlocal writer_ahead
+            ok = not writer_ahead if kv.key.startswith(reads) else rank == 0
+            writer_ahead = writer_ahead or kv.key.startswith(writes)
+            return ok
+
+        return await _participants(self._client, base, admitted)
+
+    async def holders(self) -> list[LockParticipant]:
+        """The participants that hold the lock now (readers, or one writer); one read.
+
+        Example::
+
+            from etcd_recipes import DistributedReadWriteLock
+
+            rw = DistributedReadWriteLock(client, f"{prefix}/catalog")
+            async with rw.write_lock:
+                print(len(await rw.holders()))  # 1
+            await rw.aclose()
+        """
+        return [p for p in await self.contenders() if p.is_holder]
+
+    def __repr__(self) -> str:
+        read, write = self.read_lock._describe(), self.write_lock._describe()
+        state = "closed" if self.is_closed else f"read: {read}, write: {write}"
+        return f"<{self.exception_context} {state} {self.connection_state.value}>"
 
     def _on_lease_event(self, event: LeaseEvent) -> None:
         if isinstance(event, LeaseSuspended):

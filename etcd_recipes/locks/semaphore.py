@@ -9,8 +9,9 @@ Key layout (shared with the JVM library):
   differs raises :class:`SemaphorePermitMismatchError` on first use;
 * ``<path>/holders/<client_id>:<7 chars>`` -- one key per acquisition, **waiters included**,
   value ``client_id``, on an acquisition lease from the client's pool (one not used on this
-  path by another permit or waiter of this process; never re-granted under a permit). An acquisition is admitted when fewer than ``permits`` holder
-  keys are older than its own (its *rank*), so grants are FIFO by create revision.
+  path by another permit or waiter of this process; never re-granted under a permit). An
+  acquisition is admitted when fewer than ``permits`` holder keys are older than its own (its
+  *rank*), so grants are FIFO by create revision.
 
 Guarantees:
 
@@ -88,8 +89,8 @@ from ._session import (
     _Session,
     _task,
 )
-from ._waiters import _read_queue, _wait_unless_lost
-from .hold import DEFAULT_TTL, LockHold
+from ._waiters import _participants, _read_queue, _wait_unless_lost
+from .hold import DEFAULT_TTL, LockHold, LockParticipant
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
@@ -184,6 +185,49 @@ class DistributedSemaphore(Recipe):
         """``permits`` minus the holder keys (waiters included): one read, advisory."""
         self._check_open()
         return max(0, self.permits - await self._client.count(self._holders))
+
+    async def contenders(self) -> list[LockParticipant]:
+        """Every holder key, waiters included, in line order (one read, advisory): the first
+        ``permits`` of them hold a permit (``is_holder``); ``value`` is the owner's client id.
+
+        Example::
+
+            from etcd_recipes import DistributedSemaphore
+
+            semaphore = DistributedSemaphore(client, f"{prefix}/uploads", permits=2)
+            async with semaphore:
+                (me,) = await semaphore.contenders()
+                print(me.is_holder, me.value == semaphore.client_id.encode())  # True True
+            await semaphore.aclose()
+        """
+        self._check_open()
+        return await _participants(
+            self._client, self._holders, lambda rank, kv: rank < self.permits
+        )
+
+    async def holders(self) -> list[LockParticipant]:
+        """The participants that hold a permit now (at most ``permits``); one read, advisory.
+
+        Example::
+
+            from etcd_recipes import DistributedSemaphore
+
+            semaphore = DistributedSemaphore(client, f"{prefix}/uploads", permits=2)
+            print(await semaphore.holders())  # []
+            await semaphore.aclose()
+        """
+        return [p for p in await self.contenders() if p.is_holder]
+
+    def __repr__(self) -> str:
+        if self.is_closed:
+            state = "closed"
+        else:
+            state = f"{self.held_permits} of {self.permits} permits held"
+            if self._lost_permits:
+                state += f", {len(self._lost_permits)} lost (release() them)"
+            if self._aborts:
+                state += ", acquiring"
+        return f"<{self.exception_context} {state} {self.connection_state.value}>"
 
     def add_permit_lost_listener(self, listener: PermitLostListener) -> None:
         """Call ``listener(cause)`` once each time a permit of this instance is lost.

@@ -144,6 +144,7 @@ from etcd_recipes.events import (
     WatchSuspended,
     state_after,
 )
+from etcd_recipes.locks.hold import LockParticipant
 from etcd_recipes.metrics import NOOP_METRICS, EtcdMetrics
 from etcd_recipes.queues.config import WorkQueueConfig
 from etcd_recipes.queues.dead_letters import DeadLetter
@@ -295,6 +296,7 @@ __all__ = [
     "LockHold",
     "LockLostError",
     "LockNotHeldError",
+    "LockParticipant",
     "LockTimeoutError",
     "LockUpgradeError",
     "LostError",

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, TypeVar
 from etcd_recipes._core.streams import DEFAULT_STREAM_BUFFER
 from etcd_recipes._core.txn import AnyOp, Compare
 from etcd_recipes.locks import mutex as _async
-from etcd_recipes.locks.hold import DEFAULT_TTL, LockLostListener
+from etcd_recipes.locks.hold import DEFAULT_TTL, LockLostListener, LockParticipant
 from etcd_recipes.sync._core.recipe import Recipe
 from etcd_recipes.sync._twin import SyncContextManager
 from etcd_recipes.types import TxnResult
@@ -90,6 +90,37 @@ class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
     def is_locked(self) -> bool:
         """Whether anyone holds (or waits for) the lock: one count-only read, advisory."""
         return self._rt.call(self._a.is_locked)
+
+    def contenders(self) -> list[LockParticipant]:
+        """Everyone holding or waiting for the lock, in line order (one read, advisory): the
+        first one holds it (``is_holder``). Other clients' keys count too (``etcdctl lock``,
+        Go, the JVM library).
+
+        Example::
+
+            from etcd_recipes.sync import DistributedMutex
+
+            mutex = DistributedMutex(client, f"{prefix}/report-lock")
+            with mutex:
+                (first,) = mutex.contenders()
+                print(first.key == mutex.hold.key, first.is_holder)  # True True
+            print(mutex.contenders())  # []
+            mutex.close()
+        """
+        return self._rt.call(self._a.contenders)
+
+    def holders(self) -> list[LockParticipant]:
+        """The holder, as a one-item list (empty when the lock is free); one read, advisory.
+
+        Example::
+
+            from etcd_recipes.sync import DistributedMutex
+
+            mutex = DistributedMutex(client, f"{prefix}/report-lock")
+            print(mutex.holders())  # []
+            mutex.close()
+        """
+        return self._rt.call(self._a.holders)
 
     @property
     def lease_ttl(self) -> int:

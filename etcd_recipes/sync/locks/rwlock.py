@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from etcd_recipes._core.streams import DEFAULT_STREAM_BUFFER
 from etcd_recipes._core.txn import AnyOp, Compare
 from etcd_recipes.locks import rwlock as _async
-from etcd_recipes.locks.hold import DEFAULT_TTL, LockLostListener
+from etcd_recipes.locks.hold import DEFAULT_TTL, LockLostListener, LockParticipant
 from etcd_recipes.sync._core.recipe import Recipe
 from etcd_recipes.sync._twin import SyncContextManager, SyncTwin
 from etcd_recipes.types import TxnResult
@@ -288,6 +288,37 @@ class DistributedReadWriteLock(Recipe, twin_of=_async.DistributedReadWriteLock):
         self._bind(client._rt, value, client._owner())
 
     one_shot = _async.DistributedReadWriteLock.one_shot
+
+    def contenders(self) -> list[LockParticipant]:
+        """Every reader and writer holding or waiting, in line order (one read, advisory);
+        ``is_holder`` marks the readers with no writer ahead of them, or the writer first in
+        line. A participant's side is in its key (``.../read-...``, ``.../write-...``).
+
+        Example::
+
+            from etcd_recipes.sync import DistributedReadWriteLock
+
+            rw = DistributedReadWriteLock(client, f"{prefix}/catalog")
+            with rw.read_lock:
+                (me,) = rw.contenders()
+                print(b"/read-" in me.key, me.is_holder)  # True True
+            rw.close()
+        """
+        return self._rt.call(self._a.contenders)
+
+    def holders(self) -> list[LockParticipant]:
+        """The participants that hold the lock now (readers, or one writer); one read.
+
+        Example::
+
+            from etcd_recipes.sync import DistributedReadWriteLock
+
+            rw = DistributedReadWriteLock(client, f"{prefix}/catalog")
+            with rw.write_lock:
+                print(len(rw.holders()))  # 1
+            rw.close()
+        """
+        return self._rt.call(self._a.holders)
 
     @property
     def lease_ttl(self) -> int:

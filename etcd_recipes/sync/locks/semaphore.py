@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from etcd_recipes._core.streams import DEFAULT_STREAM_BUFFER
 from etcd_recipes.locks import semaphore as _async
-from etcd_recipes.locks.hold import DEFAULT_TTL
+from etcd_recipes.locks.hold import DEFAULT_TTL, LockParticipant
 from etcd_recipes.locks.semaphore import PermitLostListener
 from etcd_recipes.sync._core.recipe import Recipe
 from etcd_recipes.sync._twin import SyncContextManager
@@ -84,6 +84,35 @@ class DistributedSemaphore(Recipe, twin_of=_async.DistributedSemaphore):
     def available_permits(self) -> int:
         """``permits`` minus the holder keys (waiters included): one read, advisory."""
         return self._rt.call(self._a.available_permits)
+
+    def contenders(self) -> list[LockParticipant]:
+        """Every holder key, waiters included, in line order (one read, advisory): the first
+        ``permits`` of them hold a permit (``is_holder``); ``value`` is the owner's client id.
+
+        Example::
+
+            from etcd_recipes.sync import DistributedSemaphore
+
+            semaphore = DistributedSemaphore(client, f"{prefix}/uploads", permits=2)
+            with semaphore:
+                (me,) = semaphore.contenders()
+                print(me.is_holder, me.value == semaphore.client_id.encode())  # True True
+            semaphore.close()
+        """
+        return self._rt.call(self._a.contenders)
+
+    def holders(self) -> list[LockParticipant]:
+        """The participants that hold a permit now (at most ``permits``); one read, advisory.
+
+        Example::
+
+            from etcd_recipes.sync import DistributedSemaphore
+
+            semaphore = DistributedSemaphore(client, f"{prefix}/uploads", permits=2)
+            print(semaphore.holders())  # []
+            semaphore.close()
+        """
+        return self._rt.call(self._a.holders)
 
     def add_permit_lost_listener(self, listener: PermitLostListener) -> None:
         """Call ``listener(cause)`` once each time a permit of this instance is lost.
