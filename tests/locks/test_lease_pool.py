@@ -24,7 +24,7 @@ from etcd_recipes import (
 from etcd_recipes._core.lease_pool import pooled_lease_ids
 from tests.helpers import eventually
 
-from .helpers import keys, lease_keys, server_leases, short_idle_window, traffic
+from .helpers import keys, lease_keys, queued, server_leases, short_idle_window, traffic
 
 
 @pytest.fixture
@@ -156,7 +156,7 @@ async def test_two_holders_on_one_path_never_share_a_lease(own_client, etcd_pref
     waiting = asyncio.create_task(b.acquire())
     await eventually(lambda: len(b._session.leases) == 1, what="b queued")
     assert b._session.leases != [a.hold.lease_id]  # its own key, <path>/<its lease>
-    assert len(await keys(client, etcd_prefix + "same/")) == 2
+    assert len(await queued(client, etcd_prefix + "same/", 2)) == 2
     assert await other.acquire(timeout=5)
     assert other.hold.lease_id == a.hold.lease_id  # another path: the lease is shared
     await a.release()
