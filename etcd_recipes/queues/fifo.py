@@ -39,6 +39,9 @@ Guarantees:
   Ctrl-C in the sync facade) consumes nothing: a take whose delete was already in flight puts
   the item back under its key (it then sorts after what was enqueued before the put-back);
 * values are ``bytes`` by default (``str`` is UTF-8 encoded), or any ``T`` through ``codec=``.
+* with a codec, a take decodes the head **before** it commits: a value that does not decode
+  raises :class:`~etcd_recipes.errors.CodecError` naming its key and stays where it is (never
+  lost; a queue on the same path without a codec takes it raw, to inspect or drop);
 
 Not guaranteed:
 

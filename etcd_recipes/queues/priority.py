@@ -26,6 +26,9 @@ Guarantees:
 * a priority outside 0..65535 (or not an ``int``) raises :class:`InvalidPriorityError` with
   nothing written;
 * values are ``bytes`` by default (``str`` is UTF-8 encoded), or any ``T`` through ``codec=``.
+* with a codec, a take decodes the head **before** it commits: a value that does not decode
+  raises :class:`~etcd_recipes.errors.CodecError` naming its key and stays where it is (never
+  lost; a queue on the same path without a codec takes it raw, to inspect or drop);
 
 Not guaranteed:
 
