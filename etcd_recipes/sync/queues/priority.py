@@ -91,7 +91,10 @@ class DistributedPriorityQueue(Recipe, Generic[ValueT], twin_of=_async.Distribut
     def dequeue(self) -> ValueT:
         """Take the head of the queue, waiting for an item as long as it takes.
 
-        Cancellation consumes nothing (see the module docstring).
+        Cancellation consumes nothing (see the module docstring). With a codec, the head is
+        decoded **before** the take commits: a value that does not decode raises
+        :class:`~etcd_recipes.errors.CodecError` naming its key and stays in place (a queue
+        on the same path without a codec takes it raw).
 
         Example::
 

@@ -96,10 +96,10 @@ class DistributedWorkQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedWo
         return self._rt.call(self._a.enqueue_all, values)
 
     @overload
-    def receive(self, timeout: float) -> WorkItem | None: ...
+    def receive(self, timeout: float) -> WorkItem[ValueT] | None: ...
     @overload
-    def receive(self, timeout: None = None) -> WorkItem: ...
-    def receive(self, timeout: float | None = None) -> WorkItem | None:
+    def receive(self, timeout: None = None) -> WorkItem[ValueT]: ...
+    def receive(self, timeout: float | None = None) -> WorkItem[ValueT] | None:
         """Claim the next item, waiting for one (at most ``timeout`` seconds; ``0``: try once);
         ``None`` if the time ran out. Cancellation consumes nothing.
 
@@ -115,10 +115,10 @@ class DistributedWorkQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedWo
                 assert queue.receive(timeout=0.2) is None   # time ran out
         """
         value = self._rt.call(self._a.receive, timeout)
-        result: WorkItem | None = self._twin(value)
+        result: WorkItem[ValueT] | None = self._twin(value)
         return result
 
-    def try_receive(self) -> WorkItem | None:
+    def try_receive(self) -> WorkItem[ValueT] | None:
         """Claim the next item if one is ready; ``None`` at once otherwise.
 
         Example::
@@ -129,7 +129,15 @@ class DistributedWorkQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedWo
                 assert queue.try_receive() is None         # nothing ready: at once
         """
         value = self._rt.call(self._a.try_receive)
-        result: WorkItem | None = self._twin(value)
+        result: WorkItem[ValueT] | None = self._twin(value)
+        return result
+
+    def __iter__(self) -> DistributedWorkQueue[ValueT]:
+        return self
+
+    def __next__(self) -> WorkItem[ValueT]:
+        value = self._rt.next(self._a.__anext__)
+        result: WorkItem[ValueT] = self._twin(value)
         return result
 
     def size(self) -> int:
