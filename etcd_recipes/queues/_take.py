@@ -41,6 +41,7 @@ from ..errors import (
     EtcdTimeoutError,
     InvalidArgumentError,
     RetriesExhaustedError,
+    TooManyOperationsError,
 )
 from ..types import DeleteResult, KeyValue, RangeResult, SortOrder, SortTarget, TxnResult
 
@@ -131,6 +132,14 @@ async def create(
                 [Op.put(k, v) for k, v in zip(keys, values)],
                 [Op.get(keys[0])],
             )
+        except TooManyOperationsError as exc:
+            if len(keys) < 2:
+                raise
+            limit = await server_txn_limit(client, keys[0], len(keys))
+            raise TooManyOperationsError(
+                f"an atomic batch is limited to {limit} values by the server; split it "
+                f"(got {len(keys)}, nothing was written; etcd's --max-txn-ops)"
+            ) from exc
         except (EtcdConnectionError, EtcdTimeoutError):
             failures += 1
             delay = policy.next_delay(failures, time.monotonic() - start)
@@ -156,6 +165,21 @@ async def create(
                 attempts=clashes,
             )
         keys, uncertain = list(make_keys()), False
+
+
+async def server_txn_limit(client: EtcdClient, key: str, failing: int) -> int:
+    """The server's ``--max-txn-ops``: the most operations one transaction branch may hold,
+    found by a binary search below ``failing`` with read-only transactions (nothing written)."""
+    ok, bad = 0, failing
+    while bad - ok > 1:
+        mid = (ok + bad) // 2
+        try:
+            await client.txn([], [Op.get(key, keys_only=True)] * mid)
+        except TooManyOperationsError:
+            bad = mid
+        else:
+            ok = mid
+    return ok
 
 
 async def commit(

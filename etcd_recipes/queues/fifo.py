@@ -70,6 +70,7 @@ from typing import TYPE_CHECKING, Generic
 
 from .._core.keys import append_to_path, pad, random_token
 from ..codecs import Codec, ValueT
+from ..errors import RecipeClosedError
 from ..types import KeyValue, RangeResult
 from ._take import TakeQueue, check_batch, create, key_millis
 
@@ -132,6 +133,28 @@ class DistributedQueue(TakeQueue[ValueT], Generic[ValueT]):
         if read.more:
             kvs = [kv for kv in kvs if kv.mod_revision < kvs[-1].mod_revision]
         return kvs
+
+    def __aiter__(self) -> DistributedQueue[ValueT]:
+        """``async for value in queue:`` takes items forever, as :meth:`dequeue` does (ends
+        when the queue is closed); a cancelled loop consumes nothing.
+
+        Example::
+
+            from etcd_recipes import DistributedQueue
+
+            async with DistributedQueue(client, f"{prefix}/orders") as orders:
+                await orders.enqueue_all([b"a", b"b"])
+                async for order in orders:      # takes forever; break to stop
+                    if order == b"b":
+                        break
+        """
+        return self
+
+    async def __anext__(self) -> ValueT:
+        try:
+            return await self.dequeue()
+        except RecipeClosedError:
+            raise StopAsyncIteration from None
 
     async def enqueue(self, value: ValueT | str) -> None:
         """Append ``value`` (one transaction; its commit revision is its place in the queue).

@@ -62,7 +62,12 @@ from .._core.keys import append_to_path, pad
 from .._core.txn import Cmp, Op
 from .._core.validate import check_duration, check_int_range
 from ..codecs import Codec, ValueT
-from ..errors import EtcdRecipeError, InvalidArgumentError, RetriesExhaustedError
+from ..errors import (
+    EtcdRecipeError,
+    InvalidArgumentError,
+    RecipeClosedError,
+    RetriesExhaustedError,
+)
 from ..types import KeyValue, RangeResult, SortOrder, SortTarget
 from ._take import TakeQueue
 
@@ -138,6 +143,29 @@ class DistributedPriorityQueue(TakeQueue[ValueT], Generic[ValueT]):
         """Seconds between two enqueues of this instance (0: no pacing)."""
         self._last_write = float("-inf")
         self._enqueue_lock = asyncio.Lock()
+
+    def __aiter__(self) -> DistributedPriorityQueue[ValueT]:
+        """``async for value in queue:`` takes items forever, as :meth:`dequeue` does (ends
+        when the queue is closed); a cancelled loop consumes nothing.
+
+        Example::
+
+            from etcd_recipes import DistributedPriorityQueue
+
+            async with DistributedPriorityQueue(client, f"{prefix}/jobs") as jobs:
+                await jobs.enqueue(b"later", 9)
+                await jobs.enqueue(b"first", 0)
+                async for job in jobs:          # takes forever; break to stop
+                    if job == b"later":
+                        break
+        """
+        return self
+
+    async def __anext__(self) -> ValueT:
+        try:
+            return await self.dequeue()
+        except RecipeClosedError:
+            raise StopAsyncIteration from None
 
     async def enqueue(self, value: ValueT | str, priority: int) -> None:
         """Add ``value`` at ``priority`` (0..65535, lower first; FIFO within a priority).

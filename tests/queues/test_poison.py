@@ -12,8 +12,10 @@ import pytest
 
 from etcd_recipes import (
     DeadLetter,
+    DistributedQueue,
     DistributedWorkQueue,
     InvalidArgumentError,
+    TooManyOperationsError,
     WorkQueueConfig,
 )
 from etcd_recipes import sync as blocking
@@ -131,3 +133,20 @@ def test_blocking_for_loop(etcd_server, etcd_prefix):
                     break
             assert got == [b"x", b"y"]
             assert [d.reason for d in queue.dead_letters()] == ["checked"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "work"])
+async def test_a_batch_beyond_the_servers_limit_says_how_to_fix_it(etcd_client, etcd_prefix, kind):
+    path = etcd_prefix + "q"
+    queue = (
+        DistributedQueue(etcd_client, path)
+        if kind == "fifo"
+        else DistributedWorkQueue(etcd_client, path)
+    )
+    with pytest.raises(TooManyOperationsError) as caught:
+        await queue.enqueue_all([b"x"] * 200)
+    # The limit is the server's (etcd's default --max-txn-ops is 128), found out, not assumed.
+    assert "an atomic batch is limited to 128 values by the server; split it" in str(caught.value)
+    assert await keys(etcd_client, path + "/") == []
+    await queue.enqueue_all([b"x"] * 128)  # exactly the limit is fine
+    await queue.aclose()

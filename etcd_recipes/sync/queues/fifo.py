@@ -55,6 +55,12 @@ class DistributedQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedQueue)
         )
         self._bind(client._rt, value, client._owner())
 
+    def __iter__(self) -> DistributedQueue[ValueT]:
+        return self
+
+    def __next__(self) -> ValueT:
+        return self._rt.next(self._a.__anext__)
+
     def enqueue(self, value: ValueT | str) -> None:
         """Append ``value`` (one transaction; its commit revision is its place in the queue).
 

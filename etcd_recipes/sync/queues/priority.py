@@ -60,6 +60,12 @@ class DistributedPriorityQueue(Recipe, Generic[ValueT], twin_of=_async.Distribut
         )
         self._bind(client._rt, value, client._owner())
 
+    def __iter__(self) -> DistributedPriorityQueue[ValueT]:
+        return self
+
+    def __next__(self) -> ValueT:
+        return self._rt.next(self._a.__anext__)
+
     def enqueue(self, value: ValueT | str, priority: int) -> None:
         """Add ``value`` at ``priority`` (0..65535, lower first; FIFO within a priority).
 
