@@ -66,7 +66,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Generic
+from typing import TYPE_CHECKING, Any, Generic, overload
 
 from .._core.keys import append_to_path, pad, random_token
 from ..codecs import Codec, ValueT
@@ -156,7 +156,11 @@ class DistributedQueue(TakeQueue[ValueT], Generic[ValueT]):
         except RecipeClosedError:
             raise StopAsyncIteration from None
 
-    async def enqueue(self, value: ValueT | str) -> None:
+    @overload
+    async def enqueue(self: DistributedQueue[bytes], value: bytes | str) -> None: ...
+    @overload
+    async def enqueue(self, value: ValueT) -> None: ...
+    async def enqueue(self, value: Any) -> None:
         """Append ``value`` (one transaction; its commit revision is its place in the queue).
 
         Example::
@@ -176,7 +180,11 @@ class DistributedQueue(TakeQueue[ValueT], Generic[ValueT]):
 
         await create(self._client, key, [data])
 
-    async def enqueue_all(self, values: Iterable[ValueT | str]) -> None:
+    @overload
+    async def enqueue_all(self: DistributedQueue[bytes], values: Iterable[bytes | str]) -> None: ...
+    @overload
+    async def enqueue_all(self, values: Iterable[ValueT]) -> None: ...
+    async def enqueue_all(self, values: Iterable[Any]) -> None:
         """Append every value in **one** transaction: all become visible at the same revision,
         in argument order, or none does. An empty iterable is a no-op.
 

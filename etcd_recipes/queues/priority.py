@@ -56,7 +56,7 @@ import asyncio
 import logging
 import random
 import time
-from typing import TYPE_CHECKING, Generic
+from typing import TYPE_CHECKING, Any, Generic, overload
 
 from .._core.keys import append_to_path, pad
 from .._core.txn import Cmp, Op
@@ -167,7 +167,13 @@ class DistributedPriorityQueue(TakeQueue[ValueT], Generic[ValueT]):
         except RecipeClosedError:
             raise StopAsyncIteration from None
 
-    async def enqueue(self, value: ValueT | str, priority: int) -> None:
+    @overload
+    async def enqueue(
+        self: DistributedPriorityQueue[bytes], value: bytes | str, priority: int
+    ) -> None: ...
+    @overload
+    async def enqueue(self, value: ValueT, priority: int) -> None: ...
+    async def enqueue(self, value: Any, priority: int) -> None:
         """Add ``value`` at ``priority`` (0..65535, lower first; FIFO within a priority).
 
         Raises :class:`InvalidPriorityError` for a priority out of range (nothing is written),

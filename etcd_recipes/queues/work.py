@@ -192,7 +192,13 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
 
     # ------------------------------------------------------------------ producing
 
-    async def enqueue(self, value: ValueT | str, delay: float | None = None) -> str:
+    @overload
+    async def enqueue(
+        self: DistributedWorkQueue[bytes], value: bytes | str, delay: float | None = None
+    ) -> str: ...
+    @overload
+    async def enqueue(self, value: ValueT, delay: float | None = None) -> str: ...
+    async def enqueue(self, value: Any, delay: float | None = None) -> str:
         """Add ``value``; returns its id. With ``delay`` (seconds) it stays invisible until it
         matures (a delay <= 0 enqueues at once).
 
@@ -214,7 +220,13 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         keys = await create(self._client, lambda: self._keys.fresh(wait), [data])
         return item_name(keys[0].encode())
 
-    async def enqueue_all(self, values: Iterable[ValueT | str]) -> list[str]:
+    @overload
+    async def enqueue_all(
+        self: DistributedWorkQueue[bytes], values: Iterable[bytes | str]
+    ) -> list[str]: ...
+    @overload
+    async def enqueue_all(self, values: Iterable[ValueT]) -> list[str]: ...
+    async def enqueue_all(self, values: Iterable[Any]) -> list[str]:
         """Add every value in **one** transaction (all visible at once, in argument order, or
         none); returns their ids. An empty iterable is a no-op.
 
@@ -350,22 +362,18 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
     # ------------------------------------------------------------------ dead letters
 
     async def dead_letters(self) -> list[DeadLetter[ValueT]]:
-        """The dead-lettered items, oldest id first (one read).
+        """The dead-lettered items, oldest id first, with their reasons (one read): orphans
+        of their last allowed delivery, items a worker gave up on, undecodable payloads.
 
         Example::
 
-            from etcd_recipes import DistributedWorkQueue, WorkQueueConfig
+            from etcd_recipes import DistributedWorkQueue
 
-            config = WorkQueueConfig(visibility_timeout=1, max_deliveries=1)
-            async with DistributedWorkQueue(client, f"{prefix}/jobs", config) as queue:
+            async with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
                 await queue.enqueue(b"poison")
-                await queue.receive()
-                await client.lease_revoke(queue.lease_id)   # as if this consumer crashed
-                other = DistributedWorkQueue(client, f"{prefix}/jobs", config)
-                assert await other.try_receive() is None    # the orphan is dead, not redelivered
-                for dead in await other.dead_letters():
-                    print(f"{dead.id} failed {dead.attempts} times: {dead.value!r}")
-                await other.aclose()
+                await (await queue.receive()).dead_letter("cannot parse")
+                for dead in await queue.dead_letters():
+                    print(f"{dead.id} after {dead.attempts} attempt(s): {dead.reason}")
         """
         self._check_open()
         return await _list_dead(self._client, self._keys, self.codec)
@@ -376,19 +384,14 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
 
         Example::
 
-            from etcd_recipes import DistributedWorkQueue, WorkQueueConfig
+            from etcd_recipes import DistributedWorkQueue
 
-            config = WorkQueueConfig(visibility_timeout=1, max_deliveries=1)
-            async with DistributedWorkQueue(client, f"{prefix}/jobs", config) as queue:
+            async with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
                 item_id = await queue.enqueue(b"poison")
-                await queue.receive()
-                await client.lease_revoke(queue.lease_id)   # as if this consumer crashed
-                other = DistributedWorkQueue(client, f"{prefix}/jobs", config)
-                assert await other.try_receive() is None    # dead-lettered
-                assert await other.requeue_dead_letter(item_id) is True
-                assert (await other.receive()).attempt == 1  # a fresh count
-                assert await other.requeue_dead_letter(item_id) is False
-                await other.aclose()
+                await (await queue.receive()).dead_letter("bug #12")
+                assert await queue.requeue_dead_letter(item_id) is True  # fixed: replay it
+                assert (await queue.receive()).attempt == 1             # a fresh count
+                assert await queue.requeue_dead_letter(item_id) is False
         """
         self._check_open()
         return await _requeue_dead(self._client, self._keys, check_id(item_id))

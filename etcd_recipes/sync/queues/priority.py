@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Generic
+from typing import TYPE_CHECKING, Any, Generic, overload
 
 from typing_extensions import TypeVar
 
@@ -66,7 +66,13 @@ class DistributedPriorityQueue(Recipe, Generic[ValueT], twin_of=_async.Distribut
     def __next__(self) -> ValueT:
         return self._rt.next(self._a.__anext__)
 
-    def enqueue(self, value: ValueT | str, priority: int) -> None:
+    @overload
+    def enqueue(
+        self: DistributedPriorityQueue[bytes], value: bytes | str, priority: int
+    ) -> None: ...
+    @overload
+    def enqueue(self, value: ValueT, priority: int) -> None: ...
+    def enqueue(self, value: Any, priority: int) -> None:
         """Add ``value`` at ``priority`` (0..65535, lower first; FIFO within a priority).
 
         Raises :class:`InvalidPriorityError` for a priority out of range (nothing is written),
