@@ -234,6 +234,32 @@ class Waits:
             scope.cancel()
 
 
+async def wait_for_put_under_any(
+    client: EtcdClient,
+    prefixes: Sequence[str],
+    revision: int,
+    timeout: float | None,
+    on_recovery: Callable[[Any], Any],
+) -> bool:
+    """Wait until a key is put under any of ``prefixes`` after ``revision`` (one anchored
+    watch each, all ended on return or cancellation); False on timeout."""
+    waits = [
+        asyncio.ensure_future(
+            wait_for_put_under(
+                client, p, after_revision=revision, timeout=timeout, on_recovery=on_recovery
+            )
+        )
+        for p in prefixes
+    ]
+    try:
+        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+    return any(wait.result() for wait in done)
+
+
 def first_present(
     window: Sequence[KeyValue], fallback: GetOp
 ) -> tuple[list[Compare], list[AnyOp], list[AnyOp]]:

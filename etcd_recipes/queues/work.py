@@ -88,7 +88,7 @@ from typing import TYPE_CHECKING, Any, Generic, cast, overload
 from .._core.recipe import Recipe
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.validate import check_delay, check_timeout
-from .._core.waiting import abort_guard, wait_for_put_under
+from .._core.waiting import abort_guard
 from ..codecs import Codec, ValueT, as_codec
 from ..errors import (
     CodecError,
@@ -110,6 +110,7 @@ from ._take import (
     decode_at,
     encode,
     now_millis,
+    wait_for_put_under_any,
 )
 from .config import WorkQueueConfig
 from .dead_letters import DeadLetter, _list_dead, _purge_dead, _requeue_dead
@@ -491,12 +492,10 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
             snap, reclaimed = await self._snapshot(), False
 
     async def _wait_for_items(self, revision: int, timeout: float) -> bool:
-        return await wait_for_put_under(
-            self._client,
-            self._keys.items,
-            after_revision=revision,
-            timeout=timeout,
-            on_recovery=self._on_recovery_event,
+        # A new delayed item may mature before the wait would end: wake for it too.
+        prefixes = (self._keys.items, self._keys.delayed)
+        return await wait_for_put_under_any(
+            self._client, prefixes, revision, timeout, self._on_recovery_event
         )
 
     async def _claim(
