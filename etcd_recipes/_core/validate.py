@@ -24,10 +24,12 @@ from ..errors import EmptyPathError, InvalidArgumentError
 
 __all__ = [
     "check_count",
+    "check_delay",
     "check_duration",
     "check_int_range",
     "check_lease_id",
     "check_path",
+    "check_reason",
     "check_timeout",
     "check_ttl",
 ]
@@ -156,3 +158,33 @@ def check_path(path: Any) -> str:
     if not path or not path.strip("/"):
         raise EmptyPathError("a recipe path must not be empty (or only '/')")
     return path
+
+
+def check_delay(delay: Any, *, what: str = "delay") -> float:
+    """A delay in finite seconds, or ``None``; ``None`` and values <= 0 mean "now" (``0.0``).
+
+    >>> check_delay(None), check_delay(-1), check_delay(1.5)
+    (0.0, 0.0, 1.5)
+    """
+    if delay is None:
+        return 0.0
+    if not _is_number(delay) or not math.isfinite(delay):
+        raise InvalidArgumentError(f"{what} must be a finite number of seconds, got {delay!r}")
+    return max(float(delay), 0.0)
+
+
+def check_reason(reason: Any, *, limit: int = 4096) -> str:
+    """A failure reason: a ``str`` of at most ``limit`` UTF-8 bytes.
+
+    >>> check_reason("bad input")
+    'bad input'
+    """
+    if not isinstance(reason, str):
+        raise InvalidArgumentError(f"reason must be a str, not {type(reason).__name__}")
+    try:
+        size = len(reason.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidArgumentError("reason must be encodable as UTF-8") from None
+    if size > limit:
+        raise InvalidArgumentError(f"reason must be at most {limit} bytes of UTF-8, got {size}")
+    return reason

@@ -10,24 +10,33 @@ create revision), so a stale item cannot settle a later claim of the same consum
 
 Guaranteed: a claim that committed for a cancelled receive is undone (payload back under its
 key, attempts as before) before the cancellation is re-raised; a redelivered head is never
-passed over (it is claimed next, with ``attempt + 1``). Not guaranteed: that a settle succeeds
--- it returns ``False`` when the claim was lost.
+passed over (it is claimed next, with ``attempt + 1``); a settle whose outcome a transport
+failure hid is retried and, if the retry's compare fails, tells "we had settled it" from "the
+claim was lost" (see :meth:`Claimer.settle`). Not guaranteed: that a settle succeeds -- it
+returns ``False`` when the claim was lost, and raises once an outage outlasts its budget.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .._core.keys import pad
 from .._core.txn import AnyOp, Cmp, Compare, Op
 from ..codecs import INT32
+from ..errors import EtcdConnectionError, EtcdTimeoutError
 from ..types import KeyValue, RangeResult, TxnResult
 from ._layout import WINDOW, Snapshot, WorkKeys, attempts_in, item_name
-from ._take import commit, next_reach, outcome
+from ._sweep import return_ops
+from ._take import commit, next_reach, now_millis, outcome
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
+
+_CHAIN_BYTES = 256 * 1024  # payload bytes one claim transaction may carry
 
 
 @dataclass
@@ -44,12 +53,23 @@ class Claimed:
 class Claimer:
     """The claim transactions of one consumer of one queue."""
 
-    def __init__(self, client: EtcdClient, keys: WorkKeys, client_id: str, what: str) -> None:
+    def __init__(self, client: EtcdClient, keys: WorkKeys, client_id: str, context: str) -> None:
         self.client = client
         self.keys = keys
         self.client_id = client_id
-        self.what = what  # for the cleanup of a cancelled claim
+        self.what = f"{context}: undoing a cancelled claim"  # names the cleanup
         self.reach = 1  # candidates the next claim tries (see _take.next_reach)
+
+    def window(self, items: list[KeyValue]) -> list[KeyValue]:
+        """The candidates the next claim tries: the head, then as many of the next items as
+        its reach allows, well under the server's request size limit."""
+        window, size = [items[0]], len(items[0].value)
+        for kv in items[1 : self.reach]:
+            size += len(kv.value)
+            if size > _CHAIN_BYTES:
+                break
+            window.append(kv)
+        return window
 
     def claim_ops(self, head: KeyValue, attempt: int, lease_id: int) -> list[AnyOp]:
         name = item_name(head.key)
@@ -177,34 +197,61 @@ class Claimer:
             Cmp.create_revision(claims_key) == revision,
         ]
 
-    async def settle(self, name: str, data: bytes, revision: int, *, requeue: bool) -> bool:
-        """Ack (delete for good) or requeue (back to ``items/``, attempts kept) a claim;
-        ``False`` if the claim was lost."""
+    def settle_ops(
+        self, name: str, data: bytes, how: str, *, delay: float = 0.0, reason: str | None = None
+    ) -> list[AnyOp]:
+        """The writes of a settle: ``"ack"`` deletes everything; ``"requeue"`` moves the
+        payload back to ``items/<id>`` -- or, with a ``delay``, to ``delayed/<ready>-<id>``,
+        which is promoted back to ``items/<id>`` -- and ``"dead"`` to ``dlq/<id>`` with its
+        ``reason`` beside it; both keep the attempt count."""
         keys = self.keys
-        ops: list[AnyOp]
-        if requeue:
-            ops = [
-                Op.put(keys.items + name, data),
-                Op.delete(keys.claims + name),
-                Op.delete(keys.claimed + name),
-            ]
-        else:
-            ops = [
-                Op.delete(keys.claims + name),
-                Op.delete(keys.claimed + name),
-                Op.delete(keys.attempts + name),
-            ]
-        result = await self.client.txn(self.held(name, revision), ops)
-        return result.succeeded
+        ops: list[AnyOp] = [Op.delete(keys.claims + name), Op.delete(keys.claimed + name)]
+        if how == "ack":
+            return [*ops, Op.delete(keys.attempts + name)]
+        if how == "dead":
+            return [*ops, Op.put(keys.dlq + name, data), Op.put(keys.reasons + name, reason or "")]
+        ready = pad(now_millis() + round(delay * 1000), 19)
+        return [*ops, Op.put(f"{keys.delayed}{ready}-{name}" if delay else keys.items + name, data)]
 
-    async def release(self, name: str, data: bytes, revision: int, *, dead: bool) -> None:
+    async def settle(
+        self, name: str, revision: int, lease_id: int, ops: list[AnyOp], budget: float
+    ) -> bool:
+        """Run a settle guarded on the claim still being ours; ``False`` if it was lost.
+
+        A transport failure leaves the outcome unknown: the settle is retried (for up to
+        ``budget`` seconds). A retry whose compare fails reads the marker: present, it is
+        another claim's (its create revision differs): ``False``; gone while the lease it
+        lived on is still alive, only a transaction can have deleted it -- and only this
+        consumer's guarded ones do: the earlier attempt had landed, ``True``.
+        """
+        marker = self.keys.claims + name
+        started, failures, uncertain = time.monotonic(), 0, False
+        while True:
+            try:
+                result = await self.client.txn(self.held(name, revision), ops, [Op.get(marker)])
+            except (EtcdConnectionError, EtcdTimeoutError):
+                failures += 1
+                left = budget - (time.monotonic() - started)
+                if left <= 0:
+                    raise
+                uncertain = True
+                await asyncio.sleep(min(left, 0.1 * 2 ** min(failures, 4)))
+                continue
+            if result.succeeded or not uncertain:
+                return result.succeeded
+            found = result.responses[0]
+            assert isinstance(found, RangeResult)
+            if found.kvs:
+                return False
+            info = await self.client.lease_time_to_live(lease_id)
+            return info.ttl > 0
+
+    async def release(
+        self, name: str, data: bytes, revision: int, *, dead: bool, attempts: int
+    ) -> None:
         """Return a held claim as an orphan would be returned (or dead-lettered)."""
-        keys = self.keys
+        ops = return_ops(self.keys, name, data, dead=dead, attempts=attempts)
         await self.client.txn(
             self.held(name, revision),
-            [
-                Op.delete(keys.claims + name),
-                Op.delete(keys.claimed + name),
-                Op.put((keys.dlq if dead else keys.items) + name, data),
-            ],
+            [Op.delete(self.keys.claims + name), Op.delete(self.keys.claimed + name), *ops],
         )

@@ -3,8 +3,23 @@
 Layout (shared with the JVM library; ``<p>`` is the queue path, ``<id>`` an item's name):
 ``<p>/items/<id>`` (waiting payloads), ``<p>/claimed/<id>`` (payloads in flight),
 ``<p>/claims/<id>`` (claim markers, on the consumer's lease), ``<p>/attempts/<id>`` (int32 BE
-delivery counts), ``<p>/dlq/<id>`` (dead letters), ``<p>/delayed/<ready%019d>-<r3>``.
+delivery counts), ``<p>/dlq/<id>`` (dead letters), ``<p>/reasons/<id>`` (a dead letter's
+failure reason, UTF-8, written in the transaction that made the dead letter: a sibling the JVM
+library ignores), ``<p>/delayed/<ready%019d>-<r3>`` (an item requeued with a delay:
+``<p>/delayed/<ready%019d>-<id>``, promoted back to ``items/<id>``).
 See :mod:`etcd_recipes.queues.work` for what each key guarantees.
+
+========================================  =============================  ========================
+key                                       value                          lease
+========================================  =============================  ========================
+``<p>/items/<id>``                        the payload, waiting           none
+``<p>/claimed/<id>``                      the payload, in flight         none (survives a crash)
+``<p>/claims/<id>``                       the consumer's ``client_id``   the consumer's lease
+``<p>/attempts/<id>``                     deliveries so far, int32 BE    none
+``<p>/dlq/<id>``                          a dead letter's payload        none
+``<p>/reasons/<id>``                      a dead letter's reason, UTF-8  none
+``<p>/delayed/<ready%019d>-<r3>``         a delayed payload              none
+========================================  =============================  ========================
 """
 
 from __future__ import annotations
@@ -13,11 +28,12 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from .._core.keys import append_to_path
+from .._core.keys import append_to_path, pad, random_token
 from .._core.txn import AnyOp, Op
 from ..codecs import INT32
 from ..errors import CodecError, InvalidArgumentError
 from ..types import KeyValue
+from ._take import key_millis, now_millis
 
 log = logging.getLogger("etcd_recipes.work_queue")
 
@@ -33,6 +49,7 @@ class WorkKeys:
     claims: str
     attempts: str
     dlq: str
+    reasons: str
     delayed: str
 
     @classmethod
@@ -44,8 +61,20 @@ class WorkKeys:
             claims=base + "claims/",
             attempts=base + "attempts/",
             dlq=base + "dlq/",
+            reasons=base + "reasons/",
             delayed=base + "delayed/",
         )
+
+    def fresh(self, delay: float, batch: int = 0) -> list[str]:
+        """New keys: one item (``batch`` 0) or ``batch`` items sharing one millis, in order;
+        a ``delay`` > 0 makes the one item a delayed one, ready ``delay`` seconds from now."""
+        if delay:
+            ready = now_millis() + round(delay * 1000)
+            return [f"{self.delayed}{pad(ready, 19)}-{random_token(3)}"]
+        millis = pad(key_millis(), 19)
+        if not batch:
+            return [f"{self.items}{millis}-{random_token(3)}"]
+        return [f"{self.items}{millis}-{pad(i, 5)}-{random_token(3)}" for i in range(batch)]
 
     def snapshot_ops(self, *, orphans: bool = True) -> list[AnyOp]:
         """The reads of a snapshot: the first items, the first delayed item and -- unless a
@@ -81,6 +110,15 @@ class Snapshot:
 
 def item_name(key: bytes) -> str:
     return key.rsplit(b"/", 1)[-1].decode("utf-8", "replace")
+
+
+def promoted_name(kv: KeyValue) -> str:
+    """The ``items/`` name a matured delayed item is promoted under: its own, or -- for an item
+    requeued with a delay (``<ready%019d>-<id>``) -- the item's id, so it keeps its id."""
+    name = item_name(kv.key)
+    rest = name.split("-", 1)[-1]
+    millis = rest.split("-", 1)[0]
+    return rest if "-" in rest and len(millis) == 19 and millis.isdigit() else name
 
 
 def ready_millis(kv: KeyValue) -> int:

@@ -3,26 +3,32 @@ promoted. Every consumer runs them -- when a receive notices work for them, and 
 sweeper every ``sweep_interval``.
 
 Guaranteed: an orphan (a payload in flight with no claim marker) returns to its **original**
-key, or to the dead letters once its attempts reached ``max_deliveries``, only while it is
-still an orphan and unchanged (compares on the marker's absence and the payload's mod
-revision), so consumers sweeping at once move it once; a matured delayed item is promoted
-under its ready-time name, or under a fresh suffix if another producer's item took that name.
+key, or to the dead letters (with its reason) once its attempts reached ``max_deliveries``,
+only while it is still an orphan and unchanged (compares on the marker's absence and the
+payload's mod revision), so consumers sweeping at once move it once; a matured delayed item
+is promoted under its ready-time name (an item requeued with a delay: under its own id), or
+under a fresh suffix if another producer's item took that name.
 Not guaranteed: promptness (a sweep may fail and is retried at the next pass).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from .._core.keys import pad, random_token
-from .._core.txn import Cmp, Op
+from .._core.txn import AnyOp, Cmp, Op
+from ..errors import EtcdRecipeError
 from ..types import RangeResult
-from ._layout import WorkKeys, attempts_in, item_name, ready_millis
+from ._layout import Snapshot, WorkKeys, attempts_in, item_name, promoted_name, ready_millis
 from ._take import now_millis
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
+    from .config import WorkQueueConfig
 
 log = logging.getLogger("etcd_recipes.work_queue")
 
@@ -69,18 +75,76 @@ async def reclaim(
         return False
     attempts = attempts_in(counts.kvs)
     dead = attempts >= max_deliveries
+    ops = return_ops(keys, name, payload.kvs[0].value, dead=dead, attempts=attempts)
     result = await client.txn(
         [Cmp.missing(keys.claims + name), Cmp.mod_revision(claimed_key) == mod_revision],
-        [
-            Op.delete(claimed_key),
-            Op.put((keys.dlq if dead else keys.items) + name, payload.kvs[0].value),
-        ],
+        [Op.delete(claimed_key), *ops],
     )
     if result.succeeded and dead:
         log.warning("%s: %s dead-lettered after %d deliveries", context, name, attempts)
     elif result.succeeded:
         log.info("%s: orphaned %s returned to the queue", context, name)
     return result.succeeded
+
+
+def exhausted(attempts: int) -> str:
+    """The failure reason of an item orphaned on its last allowed delivery."""
+    return f"max_deliveries: orphaned on delivery {attempts}, the last allowed"
+
+
+def return_ops(keys: WorkKeys, name: str, data: bytes, *, dead: bool, attempts: int) -> list[AnyOp]:
+    """The writes returning an orphan's payload: to its original key, or -- ``dead`` -- to the
+    dead letters with its reason beside it (same revision: see ``dead_letters``)."""
+    if not dead:
+        return [Op.put(keys.items + name, data)]
+    return [Op.put(keys.dlq + name, data), Op.put(keys.reasons + name, exhausted(attempts))]
+
+
+class Sweeps:
+    """The sweeps of one work-queue consumer: when a receive notices work for them, and every
+    ``sweep_interval`` from its sweeper (:meth:`forever`). ``touched`` runs before each (a
+    snapshot kept from a claim is stale once items move)."""
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        keys: WorkKeys,
+        config: WorkQueueConfig,
+        context: str,
+        *,
+        touched: Callable[[], None],
+        snapshot: Callable[[], Awaitable[Snapshot]],
+        on_error: Callable[[Exception], None],
+    ) -> None:
+        self.client, self.keys, self.config, self.context = client, keys, config, context
+        self.touched, self.snapshot, self.on_error = touched, snapshot, on_error
+
+    async def reclaim(self) -> int:
+        self.touched()
+        max_deliveries = self.config.max_deliveries
+        return await reclaim_orphans(self.client, self.keys, max_deliveries, self.context)
+
+    async def promote(self) -> int:
+        self.touched()
+        return await promote_matured(self.client, self.keys)
+
+    async def forever(self) -> None:
+        """Sweep every ``sweep_interval``, the first pass jittered (fleets do not sweep in
+        step); transport failures are logged (the next pass retries), others reported."""
+        period = self.config.sweep_interval
+        await asyncio.sleep(period + random.uniform(0, period / 2))
+        while True:
+            try:
+                snap = await self.snapshot()
+                if snap.delayed is not None and ready_millis(snap.delayed) <= now_millis():
+                    await self.promote()
+                if snap.orphans:
+                    await self.reclaim()
+            except EtcdRecipeError as exc:
+                log.debug("%s: sweep failed: %s", self.context, exc)
+            except Exception as exc:
+                self.on_error(exc)
+            await asyncio.sleep(period)
 
 
 async def promote_matured(client: EtcdClient, keys: WorkKeys) -> int:
@@ -94,7 +158,7 @@ async def promote_matured(client: EtcdClient, keys: WorkKeys) -> int:
         head = read.kvs[0]
         if ready_millis(head) > now_millis():
             return promoted
-        target = keys.items + (rename or item_name(head.key))
+        target = keys.items + (rename or promoted_name(head))
         result = await client.txn(
             [Cmp.mod_revision(head.key) == head.mod_revision, Cmp.missing(target)],
             [Op.delete(head.key), Op.put(target, head.value)],

@@ -36,16 +36,19 @@ from .._core.validate import check_timeout
 from .._core.waiting import abort_guard, wait_for_put_under
 from ..codecs import Codec, ValueT, as_codec, to_bytes
 from ..errors import (
+    CodecError,
     EtcdConnectionError,
     EtcdTimeoutError,
     InvalidArgumentError,
     RetriesExhaustedError,
+    TooManyOperationsError,
 )
 from ..types import DeleteResult, KeyValue, RangeResult, SortOrder, SortTarget, TxnResult
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
 
+_LEFT = "it was left in place (a queue on the same path without a codec takes it raw)"
 CHAIN = 4  # candidates one take transaction tries, in queue order
 READ = 64  # keys one head read returns (a FIFO window serves several takes)
 MAX_KEY_CLASHES = 10  # fresh random suffixes tried when a new key already exists
@@ -78,6 +81,21 @@ def encode(codec: Codec[Any] | None, value: object) -> bytes:
 
 def decode(codec: Codec[Any] | None, data: bytes) -> Any:
     return data if codec is None else codec.decode(data)
+
+
+def decode_at(codec: Codec[Any] | None, kv: KeyValue, context: str, fate: str) -> Any:
+    """``kv``'s value through ``codec``; a value that fails to decode (any ``Exception`` of the
+    codec) raises :class:`~etcd_recipes.errors.CodecError` naming the key and ``fate`` (what
+    became of the item), the codec's error chained."""
+    if codec is None:
+        return kv.value
+    try:
+        return codec.decode(kv.value)
+    except Exception as exc:
+        raise CodecError(
+            f"{context}: the value at {kv.key.decode('utf-8', 'replace')!r} does not decode "
+            f"({type(exc).__name__}: {exc}); {fate}"
+        ) from exc
 
 
 def check_batch(values: Iterable[object]) -> list[object]:
@@ -114,6 +132,14 @@ async def create(
                 [Op.put(k, v) for k, v in zip(keys, values)],
                 [Op.get(keys[0])],
             )
+        except TooManyOperationsError as exc:
+            if len(keys) < 2:
+                raise
+            limit = await server_txn_limit(client, keys[0], len(keys))
+            raise TooManyOperationsError(
+                f"an atomic batch is limited to {limit} values by the server; split it "
+                f"(got {len(keys)}, nothing was written; etcd's --max-txn-ops)"
+            ) from exc
         except (EtcdConnectionError, EtcdTimeoutError):
             failures += 1
             delay = policy.next_delay(failures, time.monotonic() - start)
@@ -139,6 +165,21 @@ async def create(
                 attempts=clashes,
             )
         keys, uncertain = list(make_keys()), False
+
+
+async def server_txn_limit(client: EtcdClient, key: str, failing: int) -> int:
+    """The server's ``--max-txn-ops``: the most operations one transaction branch may hold,
+    found by a binary search below ``failing`` with read-only transactions (nothing written)."""
+    ok, bad = 0, failing
+    while bad - ok > 1:
+        mid = (ok + bad) // 2
+        try:
+            await client.txn([], [Op.get(key, keys_only=True)] * mid)
+        except TooManyOperationsError:
+            bad = mid
+        else:
+            ok = mid
+    return ok
 
 
 async def commit(
@@ -191,6 +232,32 @@ class Waits:
     def end_all(self) -> None:
         for scope in list(self._scopes):
             scope.cancel()
+
+
+async def wait_for_put_under_any(
+    client: EtcdClient,
+    prefixes: Sequence[str],
+    revision: int,
+    timeout: float | None,
+    on_recovery: Callable[[Any], Any],
+) -> bool:
+    """Wait until a key is put under any of ``prefixes`` after ``revision`` (one anchored
+    watch each, all ended on return or cancellation); False on timeout."""
+    waits = [
+        asyncio.ensure_future(
+            wait_for_put_under(
+                client, p, after_revision=revision, timeout=timeout, on_recovery=on_recovery
+            )
+        )
+        for p in prefixes
+    ]
+    try:
+        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+    return any(wait.result() for wait in done)
 
 
 def first_present(
@@ -272,7 +339,10 @@ class TakeQueue(Recipe, Generic[ValueT]):
     async def dequeue(self) -> ValueT:
         """Take the head of the queue, waiting for an item as long as it takes.
 
-        Cancellation consumes nothing (see the module docstring).
+        Cancellation consumes nothing (see the module docstring). With a codec, the head is
+        decoded **before** the take commits: a value that does not decode raises
+        :class:`~etcd_recipes.errors.CodecError` naming its key and stays in place (a queue
+        on the same path without a codec takes it raw).
 
         Example::
 
@@ -282,9 +352,9 @@ class TakeQueue(Recipe, Generic[ValueT]):
             await queue.enqueue(b"job")
             assert await queue.dequeue() == b"job"   # waits while the queue is empty
         """
-        data = await self._take(wait=True, timeout=None)
-        assert data is not None
-        return cast(ValueT, decode(self.codec, data))
+        taken = await self._take(wait=True, timeout=None)
+        assert taken is not None
+        return taken[0]
 
     async def try_dequeue(self) -> ValueT | None:
         """Take the head if there is one; ``None`` at once when the queue is empty.
@@ -298,8 +368,8 @@ class TakeQueue(Recipe, Generic[ValueT]):
             if value is None:
                 print("empty")
         """
-        data = await self._take(wait=False, timeout=None)
-        return None if data is None else cast(ValueT, decode(self.codec, data))
+        taken = await self._take(wait=False, timeout=None)
+        return None if taken is None else taken[0]
 
     async def poll(self, timeout: float) -> ValueT | None:
         """Take the head, waiting up to ``timeout`` seconds for one (``0``: try once, like
@@ -315,8 +385,8 @@ class TakeQueue(Recipe, Generic[ValueT]):
             assert await queue.poll(5.0) == b"job"
         """
         limit = check_timeout(timeout, optional=False, zero=True)
-        data = await self._take(wait=limit != 0, timeout=limit)
-        return None if data is None else cast(ValueT, decode(self.codec, data))
+        taken = await self._take(wait=limit != 0, timeout=limit)
+        return None if taken is None else taken[0]
 
     async def size(self) -> int:
         """How many items the queue holds: one count read, advisory (stale once returned).
@@ -340,13 +410,14 @@ class TakeQueue(Recipe, Generic[ValueT]):
         return encode(self.codec, value)
 
     def _head_op(self, limit: int) -> GetOp:
+        # With a codec the values come along: a take decodes its candidates before it commits.
         return Op.get(
             self._prefix,
             prefix=True,
             sort_target=self._sort,
             sort_order=SortOrder.ASCEND,
             limit=limit,
-            keys_only=True,
+            keys_only=self.codec is None,
         )
 
     async def _read_head(self, limit: int) -> RangeResult:
@@ -356,14 +427,27 @@ class TakeQueue(Recipe, Generic[ValueT]):
             sort_target=self._sort,
             sort_order=SortOrder.ASCEND,
             limit=limit,
-            keys_only=True,
+            keys_only=self.codec is None,
         )
+
+    def _decoded(self, chain: list[KeyValue]) -> list[ValueT]:
+        """The values of the first decodable candidates of ``chain`` (the chain stops before
+        the first that does not decode); the head not decoding raises ``CodecError``."""
+        values: list[ValueT] = []
+        for i, kv in enumerate(chain):
+            try:
+                values.append(decode_at(self.codec, kv, self.exception_context, _LEFT))
+            except CodecError:
+                if i == 0:
+                    raise
+                break
+        return values
 
     async def _window(self, read: RangeResult) -> list[KeyValue]:
         """The first items of the queue, in queue order, from a head read (keys only)."""
         return read.kvs
 
-    async def _take(self, *, wait: bool, timeout: float | None) -> bytes | None:
+    async def _take(self, *, wait: bool, timeout: float | None) -> tuple[ValueT] | None:
         self._check_open()
         started = time.monotonic()
         deadline = None if timeout is None else started + timeout
@@ -381,7 +465,8 @@ class TakeQueue(Recipe, Generic[ValueT]):
                     await self._wait_for_item(revision, remaining)
                 self._check_open()
                 continue
-            chain = window[: self._reach]
+            values = self._decoded(window[: self._reach])
+            chain = window[: len(values)]
             compare, success, failure = first_present(chain, self._head_op(self._read_limit))
             result = await commit(
                 self._client,
@@ -394,13 +479,15 @@ class TakeQueue(Recipe, Generic[ValueT]):
             level, reached = outcome(result)
             self._reach = next_reach(self._reach, level if reached.succeeded else None, self._chain)
             if reached.succeeded:
-                deleted = reached.responses[0]
-                assert isinstance(deleted, DeleteResult)
                 if self._cacheable:
                     self._cache = window[level + 1 :]
                 if wait:
                     self._record_latency(self._metric, started)
-                return deleted.prev_kvs[0].value
+                if self.codec is not None:
+                    return (values[level],)  # decoded as read: its mod revision was compared
+                deleted = reached.responses[0]  # raw: the keys-only read had no values
+                assert isinstance(deleted, DeleteResult)
+                return (cast(ValueT, deleted.prev_kvs[0].value),)
             # Every candidate was gone: the innermost failure branch re-read the head.
             fresh = reached.responses[0]
             assert isinstance(fresh, RangeResult)

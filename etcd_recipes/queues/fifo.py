@@ -39,6 +39,9 @@ Guarantees:
   Ctrl-C in the sync facade) consumes nothing: a take whose delete was already in flight puts
   the item back under its key (it then sorts after what was enqueued before the put-back);
 * values are ``bytes`` by default (``str`` is UTF-8 encoded), or any ``T`` through ``codec=``.
+* with a codec, a take decodes the head **before** it commits: a value that does not decode
+  raises :class:`~etcd_recipes.errors.CodecError` naming its key and stays where it is (never
+  lost; a queue on the same path without a codec takes it raw, to inspect or drop);
 
 Not guaranteed:
 
@@ -63,10 +66,11 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Generic
+from typing import TYPE_CHECKING, Any, Generic, overload
 
 from .._core.keys import append_to_path, pad, random_token
 from ..codecs import Codec, ValueT
+from ..errors import RecipeClosedError
 from ..types import KeyValue, RangeResult
 from ._take import TakeQueue, check_batch, create, key_millis
 
@@ -130,7 +134,33 @@ class DistributedQueue(TakeQueue[ValueT], Generic[ValueT]):
             kvs = [kv for kv in kvs if kv.mod_revision < kvs[-1].mod_revision]
         return kvs
 
-    async def enqueue(self, value: ValueT | str) -> None:
+    def __aiter__(self) -> DistributedQueue[ValueT]:
+        """``async for value in queue:`` takes items forever, as :meth:`dequeue` does (ends
+        when the queue is closed); a cancelled loop consumes nothing.
+
+        Example::
+
+            from etcd_recipes import DistributedQueue
+
+            async with DistributedQueue(client, f"{prefix}/orders") as orders:
+                await orders.enqueue_all([b"a", b"b"])
+                async for order in orders:      # takes forever; break to stop
+                    if order == b"b":
+                        break
+        """
+        return self
+
+    async def __anext__(self) -> ValueT:
+        try:
+            return await self.dequeue()
+        except RecipeClosedError:
+            raise StopAsyncIteration from None
+
+    @overload
+    async def enqueue(self: DistributedQueue[bytes], value: bytes | str) -> None: ...
+    @overload
+    async def enqueue(self, value: ValueT) -> None: ...
+    async def enqueue(self, value: Any) -> None:
         """Append ``value`` (one transaction; its commit revision is its place in the queue).
 
         Example::
@@ -150,7 +180,11 @@ class DistributedQueue(TakeQueue[ValueT], Generic[ValueT]):
 
         await create(self._client, key, [data])
 
-    async def enqueue_all(self, values: Iterable[ValueT | str]) -> None:
+    @overload
+    async def enqueue_all(self: DistributedQueue[bytes], values: Iterable[bytes | str]) -> None: ...
+    @overload
+    async def enqueue_all(self, values: Iterable[ValueT]) -> None: ...
+    async def enqueue_all(self, values: Iterable[Any]) -> None:
         """Append every value in **one** transaction: all become visible at the same revision,
         in argument order, or none does. An empty iterable is a no-op.
 

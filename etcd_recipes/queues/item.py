@@ -1,16 +1,21 @@
 """A received work-queue item: :class:`WorkItem` (public as ``etcd_recipes.WorkItem``; made by
 ``receive()``, never directly).
 
-Guaranteed: an item settles once -- :meth:`WorkItem.ack` or :meth:`WorkItem.requeue` runs its
-transaction only while the claim marker is still this consumer's (value and create revision)
-and returns ``False`` otherwise, or when the item was already settled. Not guaranteed: that
-the work was done only once (delivery is at least once; key side effects on
-:attr:`WorkItem.id`).
+Guaranteed: an item settles once -- :meth:`WorkItem.ack`, :meth:`WorkItem.requeue` or
+:meth:`WorkItem.dead_letter` runs its transaction only while the claim marker is still this
+consumer's (value and create revision) and returns ``False`` otherwise, or when the item was
+already settled; a settle rides out a server restart or connection loss of up to the queue's
+``visibility_timeout`` (the outcome of an attempt the outage hid is found out, not guessed).
+Not guaranteed: that the work was done only once (delivery is at least once; key side effects
+on :attr:`WorkItem.id`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
+
+from .._core.validate import check_delay, check_reason
+from ..codecs import ValueT
 
 if TYPE_CHECKING:
     from .work import DistributedWorkQueue
@@ -21,17 +26,21 @@ __all__ = ["WorkItem"]
 class _Claim:
     """What a :class:`WorkItem` needs to settle its claim."""
 
-    __slots__ = ("data", "queue", "revision", "settled")
+    __slots__ = ("data", "lease_id", "queue", "revision", "settled")
 
-    def __init__(self, queue: DistributedWorkQueue[Any], data: bytes, revision: int) -> None:
+    def __init__(
+        self, queue: DistributedWorkQueue[Any], data: bytes, revision: int, lease_id: int
+    ) -> None:
         self.queue = queue
         self.data = data
         self.revision = revision  # the claim transaction's revision = the marker's create rev
+        self.lease_id = lease_id  # the lease the marker lives on
         self.settled = False
 
 
-class WorkItem:
-    """A received item, claimed by this consumer until :meth:`ack` or :meth:`requeue`.
+class WorkItem(Generic[ValueT]):
+    """A received item, claimed by this consumer until :meth:`ack`, :meth:`requeue` or
+    :meth:`dead_letter`.
 
     ``value`` is the decoded payload (``bytes`` without a codec), ``attempt`` the delivery
     number (1 the first time; a redelivery after a crash has ``attempt + 1``).
@@ -52,10 +61,10 @@ class WorkItem:
             assert item.is_settled and item.attempt == 1
     """
 
-    def __init__(self, id: str, value: Any, attempt: int, *, claim: _Claim) -> None:
+    def __init__(self, id: str, value: ValueT, attempt: int, *, claim: _Claim) -> None:
         self.id: str = id
         """The item's name (``<millis%019d>-<r3>``), stable across redeliveries."""
-        self.value: Any = value
+        self.value: ValueT = value
         """The decoded payload."""
         self.attempt: int = attempt
         """Which delivery this is (1 for the first)."""
@@ -63,7 +72,8 @@ class WorkItem:
 
     @property
     def is_settled(self) -> bool:
-        """Whether :meth:`ack` or :meth:`requeue` already ran (successfully or not)."""
+        """Whether :meth:`ack`, :meth:`requeue` or :meth:`dead_letter` already ran
+        (successfully or not)."""
         return self._claim.settled
 
     async def ack(self) -> bool:
@@ -81,11 +91,13 @@ class WorkItem:
                     print("the claim was lost: the job may run twice")
                 assert await item.ack() is False     # already settled
         """
-        return await self._claim.queue._settle(self, requeue=False)
+        return await self._claim.queue._settle(self, "ack")
 
-    async def requeue(self) -> bool:
-        """Hand the item back at once, to its original place, keeping its attempt count.
-        ``False`` if the claim was lost or the item was already settled.
+    async def requeue(self, delay: float | None = None) -> bool:
+        """Hand the item back, keeping its id and attempt count: at once to its original place,
+        or -- ``delay`` seconds > 0 -- out of sight until then (a retry backoff), back at its
+        original place when it matures. ``False`` if the claim was lost or the item was already
+        settled. It never dead-letters (see :meth:`dead_letter`).
 
         Example::
 
@@ -97,9 +109,30 @@ class WorkItem:
                 await item.requeue()   # a transient failure: let any consumer retry now
                 again = await queue.receive()
                 assert (again.id, again.attempt) == (item.id, 2)
-                await again.ack()
+                await again.requeue(delay=60)       # or: retry in a minute
+                assert await queue.try_receive() is None
         """
-        return await self._claim.queue._settle(self, requeue=True)
+        wait = check_delay(delay)
+        return await self._claim.queue._settle(self, "requeue", delay=wait)
+
+    async def dead_letter(self, reason: str) -> bool:
+        """Give up on the item: move it to the dead letters at once, with ``reason`` stored
+        beside it (shown by ``dead_letters()``) and its attempt count kept. ``False`` if the
+        claim was lost or the item was already settled.
+
+        Example::
+
+            from etcd_recipes import DistributedWorkQueue
+
+            async with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
+                await queue.enqueue(b"not-an-image")
+                item = await queue.receive()
+                assert await item.dead_letter("unsupported format") is True
+                (dead,) = await queue.dead_letters()
+                assert (dead.id, dead.reason, dead.attempts) == (item.id, "unsupported format", 1)
+        """
+        text = check_reason(reason)
+        return await self._claim.queue._settle(self, "dead", reason=text)
 
     def __repr__(self) -> str:
         state = "settled" if self._claim.settled else "claimed"

@@ -26,6 +26,9 @@ Guarantees:
 * a priority outside 0..65535 (or not an ``int``) raises :class:`InvalidPriorityError` with
   nothing written;
 * values are ``bytes`` by default (``str`` is UTF-8 encoded), or any ``T`` through ``codec=``.
+* with a codec, a take decodes the head **before** it commits: a value that does not decode
+  raises :class:`~etcd_recipes.errors.CodecError` naming its key and stays where it is (never
+  lost; a queue on the same path without a codec takes it raw, to inspect or drop);
 
 Not guaranteed:
 
@@ -53,13 +56,18 @@ import asyncio
 import logging
 import random
 import time
-from typing import TYPE_CHECKING, Generic
+from typing import TYPE_CHECKING, Any, Generic, overload
 
 from .._core.keys import append_to_path, pad
 from .._core.txn import Cmp, Op
 from .._core.validate import check_duration, check_int_range
 from ..codecs import Codec, ValueT
-from ..errors import EtcdRecipeError, InvalidArgumentError, RetriesExhaustedError
+from ..errors import (
+    EtcdRecipeError,
+    InvalidArgumentError,
+    RecipeClosedError,
+    RetriesExhaustedError,
+)
 from ..types import KeyValue, RangeResult, SortOrder, SortTarget
 from ._take import TakeQueue
 
@@ -136,7 +144,36 @@ class DistributedPriorityQueue(TakeQueue[ValueT], Generic[ValueT]):
         self._last_write = float("-inf")
         self._enqueue_lock = asyncio.Lock()
 
-    async def enqueue(self, value: ValueT | str, priority: int) -> None:
+    def __aiter__(self) -> DistributedPriorityQueue[ValueT]:
+        """``async for value in queue:`` takes items forever, as :meth:`dequeue` does (ends
+        when the queue is closed); a cancelled loop consumes nothing.
+
+        Example::
+
+            from etcd_recipes import DistributedPriorityQueue
+
+            async with DistributedPriorityQueue(client, f"{prefix}/jobs") as jobs:
+                await jobs.enqueue(b"later", 9)
+                await jobs.enqueue(b"first", 0)
+                async for job in jobs:          # takes forever; break to stop
+                    if job == b"later":
+                        break
+        """
+        return self
+
+    async def __anext__(self) -> ValueT:
+        try:
+            return await self.dequeue()
+        except RecipeClosedError:
+            raise StopAsyncIteration from None
+
+    @overload
+    async def enqueue(
+        self: DistributedPriorityQueue[bytes], value: bytes | str, priority: int
+    ) -> None: ...
+    @overload
+    async def enqueue(self, value: ValueT, priority: int) -> None: ...
+    async def enqueue(self, value: Any, priority: int) -> None:
         """Add ``value`` at ``priority`` (0..65535, lower first; FIFO within a priority).
 
         Raises :class:`InvalidPriorityError` for a priority out of range (nothing is written),

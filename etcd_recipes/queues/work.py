@@ -3,18 +3,10 @@ again if the consumer that claimed it dies before acknowledging it.
 
 :Status: Beta
 
-Key layout (shared with the JVM library; ``<p>`` is the queue path, ``<id>`` an item's name):
-
-========================================  =============================  ========================
-key                                       value                          lease
-========================================  =============================  ========================
-``<p>/items/<id>``                        the payload, waiting           none
-``<p>/claimed/<id>``                      the payload, in flight         none (survives a crash)
-``<p>/claims/<id>``                       the consumer's ``client_id``   the consumer's lease
-``<p>/attempts/<id>``                     deliveries so far, int32 BE    none
-``<p>/dlq/<id>``                          a dead letter's payload        none
-``<p>/delayed/<ready%019d>-<r3>``         a delayed payload              none
-========================================  =============================  ========================
+Key layout (shared with the JVM library, tabled in :mod:`._layout`; ``<p>`` is the queue path,
+``<id>`` an item's name): ``<p>/items/<id>``, ``claimed/<id>`` (payloads waiting, in flight),
+``claims/<id>`` (markers, on the consumer's lease), ``attempts/<id>`` (int32 BE counts),
+``dlq/<id>`` (dead letters) with ``reasons/<id>`` beside them, ``delayed/<ready%019d>-<r3>``.
 
 ``<id>`` is ``<millis%019d>-<r3>`` (a batch: ``<millis%019d>-<index%05d>-<r3>``); ``items/`` is
 served in key order, i.e. FIFO by the producers' clocks (made strictly increasing within a
@@ -24,8 +16,10 @@ put claimed/id, put claims/id on the lease, put attempts/id = attempt)``; under 
 goes on, nested in the same transaction, to the next item read that is still present and
 never delivered, and it reads the queue's next items right after the claim, which a receive
 that follows within half a second starts from. ``ack()`` deletes ``claims/ claimed/
-attempts/`` and ``requeue()`` moves the payload back to ``items/<id>``, both guarded on the
-claim marker still being this consumer's (value and create revision).
+attempts/``, ``requeue()`` moves the payload back to ``items/<id>`` (with a delay: to
+``delayed/<ready%019d>-<id>``, promoted back under its id) and ``dead_letter(reason)`` to
+``dlq/<id>``, all guarded on the claim marker still being this consumer's (value and create
+revision), and retried through an outage of up to ``visibility_timeout``.
 
 Guarantees:
 
@@ -44,9 +38,11 @@ Guarantees:
   notices them, and by a sweeper every ``sweep_interval`` -- to their **original** key, so
   they keep their place in the queue, with ``attempt + 1`` on the next delivery. A crashed
   consumer's item is redelivered within about ``visibility_timeout + sweep_interval``;
-* an orphan whose ``attempts`` reached ``max_deliveries`` goes to the dead letters instead
-  (``dead_letters()``, ``requeue_dead_letter(id)``, ``purge_dead_letter(id)``): an operator
-  surface that nothing drains automatically;
+* an orphan whose ``attempts`` reached ``max_deliveries`` goes to the dead letters instead,
+  as does an item a worker gives up on (``item.dead_letter(reason)``) and -- at once, reason
+  ``"undecodable"``, raw bytes kept -- a payload the codec cannot decode; each keeps its reason
+  (``dead_letters()``, ``requeue_dead_letter(id)``, ``purge_dead_letter(id)``: an operator
+  surface that nothing drains automatically);
 * delayed items (``enqueue(v, delay=s)``) are invisible until ready, then promoted in
   ready-time order under their ready time, so they interleave with immediate items by time;
 * ``enqueue_all`` is atomic (one transaction);
@@ -59,13 +55,15 @@ Guarantees:
 Not guaranteed: exactly-once processing; an order across consumers; delay precision better
 than the clock skew between producer and consumer (ready times are producers' clock readings).
 ``requeue()`` keeps the attempt count but never dead-letters (only orphans do, as in the
-reference).
+reference). A JVM consumer promotes an item requeued with a delay under a new id (its attempt
+count starts afresh) and leaves ``reasons/`` behind when it purges (a stale reason is ignored).
 
 Deviations from the reference: the wait for items is anchored at the snapshot's revision + 1;
 orphans are detected by a receive that reads the queue afresh (two count reads in the head
 read's round trip); ``ack``/``requeue`` also compare the marker's create revision, so a stale
 item cannot settle a later claim of the same consumer; producers write with a create-only
-compare; closing returns held items instead of leaving them to other consumers' sweeps.
+compare; closing returns held items instead of leaving them to other consumers' sweeps; dead letters
+keep a reason; a settle hidden by an outage is retried.
 
 Example::
 
@@ -83,33 +81,36 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
-import random
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Generic, overload
+from typing import TYPE_CHECKING, Any, Generic, cast, overload
 
-from .._core.keys import pad, random_token
 from .._core.recipe import Recipe
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
-from .._core.validate import check_timeout
-from .._core.waiting import abort_guard, wait_for_put_under
+from .._core.validate import check_delay, check_timeout
+from .._core.waiting import abort_guard
 from ..codecs import Codec, ValueT, as_codec
-from ..errors import EtcdRecipeError, InvalidArgumentError, LeaseEventError, LeaseNotFoundError
+from ..errors import (
+    CodecError,
+    InvalidArgumentError,
+    LeaseEventError,
+    LeaseNotFoundError,
+    RecipeClosedError,
+)
 from ..events import LeaseEvent, LeaseExpired, LeaseRestored
 from ..types import KeyValue
 from ._claims import Claimer
 from ._consumer import RECEIVE_CALL, ConsumerLease
 from ._layout import Snapshot, WorkKeys, check_id, item_name, ready_millis
-from ._sweep import promote_matured, reclaim_orphans
+from ._sweep import Sweeps
 from ._take import (
     Waits,
     check_batch,
     create,
-    decode,
+    decode_at,
     encode,
-    key_millis,
     now_millis,
+    wait_for_put_under_any,
 )
 from .config import WorkQueueConfig
 from .dead_letters import DeadLetter, _list_dead, _purge_dead, _requeue_dead
@@ -123,8 +124,8 @@ __all__ = ["DistributedWorkQueue"]
 log = logging.getLogger("etcd_recipes.work_queue")
 
 _METRIC = "work_queue.receive"
-_CHAIN_BYTES = 256 * 1024  # payload bytes one claim transaction may carry
 _PREFETCH_TTL = 0.5  # seconds a snapshot read by a claim may start the next receive
+_DEAD = "it was moved to the dead letters (reason 'undecodable', raw bytes kept)"
 
 
 class DistributedWorkQueue(Recipe, Generic[ValueT]):
@@ -166,28 +167,39 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         self.codec: Codec[ValueT] | None = None if codec is None else as_codec(codec)
         """The value codec (``None``: raw bytes, ``str`` accepted and UTF-8 encoded)."""
         self._keys = WorkKeys.under(self.path)
-        self._claimer = Claimer(
+        context = self.exception_context
+        self._claimer = Claimer(client, self._keys, self.client_id, context)
+        self._sweeps = Sweeps(
             client,
             self._keys,
-            self.client_id,
-            f"{self.exception_context}: undoing a cancelled claim",
+            self.config,
+            context,
+            touched=self._stale,
+            snapshot=self._snapshot,
+            on_error=lambda exc: self._record_exception(exc, "sweeper"),
         )
         self._consumer = ConsumerLease(
             client,
             self.config.visibility_timeout,
             on_event=self._on_lease_event,
-            spawn_sweeper=lambda: self._spawn(self._sweep_forever(), "sweeper"),
+            spawn_sweeper=lambda: self._spawn(self._sweeps.forever(), "sweeper"),
             check_open=self._check_open,
-            context=self.exception_context,
+            context=context,
         )
-        self._held: dict[str, WorkItem] = {}
+        self._held: dict[str, WorkItem[ValueT]] = {}
         self._prefetched: tuple[float, Snapshot] | None = None
         self._waits = Waits()
         self._lease_events: Broadcast[LeaseEvent] = self._broadcast("lease")
 
     # ------------------------------------------------------------------ producing
 
-    async def enqueue(self, value: ValueT | str, delay: float | None = None) -> str:
+    @overload
+    async def enqueue(
+        self: DistributedWorkQueue[bytes], value: bytes | str, delay: float | None = None
+    ) -> str: ...
+    @overload
+    async def enqueue(self, value: ValueT, delay: float | None = None) -> str: ...
+    async def enqueue(self, value: Any, delay: float | None = None) -> str:
         """Add ``value``; returns its id. With ``delay`` (seconds) it stays invisible until it
         matures (a delay <= 0 enqueues at once).
 
@@ -204,23 +216,18 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         """
         self._check_open()
         data = encode(self.codec, value)
-        if delay is not None and (
-            isinstance(delay, bool)
-            or not isinstance(delay, (int, float))
-            or not math.isfinite(delay)
-        ):
-            raise InvalidArgumentError(f"delay must be a finite number of seconds, got {delay!r}")
+        wait = check_delay(delay)
 
-        def key() -> list[str]:
-            if delay is None or delay <= 0:
-                return [f"{self._keys.items}{pad(key_millis(), 19)}-{random_token(3)}"]
-            ready = now_millis() + round(delay * 1000)
-            return [f"{self._keys.delayed}{pad(ready, 19)}-{random_token(3)}"]
+        keys = await create(self._client, lambda: self._keys.fresh(wait), [data])
+        return item_name(keys[0].encode())
 
-        keys = await create(self._client, key, [data])
-        return keys[0].rsplit("/", 1)[-1]
-
-    async def enqueue_all(self, values: Iterable[ValueT | str]) -> list[str]:
+    @overload
+    async def enqueue_all(
+        self: DistributedWorkQueue[bytes], values: Iterable[bytes | str]
+    ) -> list[str]: ...
+    @overload
+    async def enqueue_all(self, values: Iterable[ValueT]) -> list[str]: ...
+    async def enqueue_all(self, values: Iterable[Any]) -> list[str]:
         """Add every value in **one** transaction (all visible at once, in argument order, or
         none); returns their ids. An empty iterable is a no-op.
 
@@ -237,24 +244,18 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         if not data:
             return []
 
-        def keys() -> list[str]:
-            millis = pad(key_millis(), 19)
-            return [
-                f"{self._keys.items}{millis}-{pad(i, 5)}-{random_token(3)}"
-                for i in range(len(data))
-            ]
-
-        return [k.rsplit("/", 1)[-1] for k in await create(self._client, keys, data)]
+        keys = await create(self._client, lambda: self._keys.fresh(0, len(data)), data)
+        return [item_name(k.encode()) for k in keys]
 
     # ------------------------------------------------------------------ consuming
 
     @overload
-    async def receive(self, timeout: float) -> WorkItem | None: ...
+    async def receive(self, timeout: float) -> WorkItem[ValueT] | None: ...
 
     @overload
-    async def receive(self, timeout: None = None) -> WorkItem: ...
+    async def receive(self, timeout: None = None) -> WorkItem[ValueT]: ...
 
-    async def receive(self, timeout: float | None = None) -> WorkItem | None:
+    async def receive(self, timeout: float | None = None) -> WorkItem[ValueT] | None:
         """Claim the next item, waiting for one (at most ``timeout`` seconds; ``0``: try once);
         ``None`` if the time ran out. Cancellation consumes nothing.
 
@@ -272,7 +273,7 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         limit = check_timeout(timeout, zero=True)
         return await self._receive(wait=limit != 0, timeout=limit)
 
-    async def try_receive(self) -> WorkItem | None:
+    async def try_receive(self) -> WorkItem[ValueT] | None:
         """Claim the next item if one is ready; ``None`` at once otherwise.
 
         Example::
@@ -283,6 +284,29 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
                 assert await queue.try_receive() is None         # nothing ready: at once
         """
         return await self._receive(wait=False, timeout=None)
+
+    def __aiter__(self) -> DistributedWorkQueue[ValueT]:
+        """``async for item in queue:`` receives forever (ends when the queue is closed); a
+        cancelled loop consumes nothing.
+
+        Example::
+
+            from etcd_recipes import DistributedWorkQueue
+
+            async with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
+                await queue.enqueue_all([b"a", b"b"])
+                async for item in queue:
+                    await item.ack()
+                    if item.value == b"b":
+                        break
+        """
+        return self
+
+    async def __anext__(self) -> WorkItem[ValueT]:
+        try:
+            return await self.receive()
+        except RecipeClosedError:
+            raise StopAsyncIteration from None
 
     async def size(self) -> int:
         """How many items wait to be received (not delayed, in flight or dead): one count read,
@@ -339,22 +363,18 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
     # ------------------------------------------------------------------ dead letters
 
     async def dead_letters(self) -> list[DeadLetter[ValueT]]:
-        """The dead-lettered items, oldest id first (one read).
+        """The dead-lettered items, oldest id first, with their reasons (one read): orphans
+        of their last allowed delivery, items a worker gave up on, undecodable payloads.
 
         Example::
 
-            from etcd_recipes import DistributedWorkQueue, WorkQueueConfig
+            from etcd_recipes import DistributedWorkQueue
 
-            config = WorkQueueConfig(visibility_timeout=1, max_deliveries=1)
-            async with DistributedWorkQueue(client, f"{prefix}/jobs", config) as queue:
+            async with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
                 await queue.enqueue(b"poison")
-                await queue.receive()
-                await client.lease_revoke(queue.lease_id)   # as if this consumer crashed
-                other = DistributedWorkQueue(client, f"{prefix}/jobs", config)
-                assert await other.try_receive() is None    # the orphan is dead, not redelivered
-                for dead in await other.dead_letters():
-                    print(f"{dead.id} failed {dead.attempts} times: {dead.value!r}")
-                await other.aclose()
+                await (await queue.receive()).dead_letter("cannot parse")
+                for dead in await queue.dead_letters():
+                    print(f"{dead.id} after {dead.attempts} attempt(s): {dead.reason}")
         """
         self._check_open()
         return await _list_dead(self._client, self._keys, self.codec)
@@ -365,19 +385,14 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
 
         Example::
 
-            from etcd_recipes import DistributedWorkQueue, WorkQueueConfig
+            from etcd_recipes import DistributedWorkQueue
 
-            config = WorkQueueConfig(visibility_timeout=1, max_deliveries=1)
-            async with DistributedWorkQueue(client, f"{prefix}/jobs", config) as queue:
+            async with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
                 item_id = await queue.enqueue(b"poison")
-                await queue.receive()
-                await client.lease_revoke(queue.lease_id)   # as if this consumer crashed
-                other = DistributedWorkQueue(client, f"{prefix}/jobs", config)
-                assert await other.try_receive() is None    # dead-lettered
-                assert await other.requeue_dead_letter(item_id) is True
-                assert (await other.receive()).attempt == 1  # a fresh count
-                assert await other.requeue_dead_letter(item_id) is False
-                await other.aclose()
+                await (await queue.receive()).dead_letter("bug #12")
+                assert await queue.requeue_dead_letter(item_id) is True  # fixed: replay it
+                assert (await queue.receive()).attempt == 1             # a fresh count
+                assert await queue.requeue_dead_letter(item_id) is False
         """
         self._check_open()
         return await _requeue_dead(self._client, self._keys, check_id(item_id))
@@ -399,6 +414,9 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
 
     # ------------------------------------------------------------------ receive internals
 
+    def _stale(self) -> None:
+        self._prefetched = None
+
     def _fresh_prefetch(self) -> Snapshot | None:
         prefetched, self._prefetched = self._prefetched, None
         if prefetched is None or time.monotonic() - prefetched[0] > _PREFETCH_TTL:
@@ -410,7 +428,7 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         result = await self._client.txn([], self._keys.snapshot_ops())
         return Snapshot.parse(result.responses, result.revision)
 
-    async def _receive(self, *, wait: bool, timeout: float | None) -> WorkItem | None:
+    async def _receive(self, *, wait: bool, timeout: float | None) -> WorkItem[ValueT] | None:
         self._check_open()
         call = object()
         token = RECEIVE_CALL.set(call)
@@ -427,7 +445,7 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         finally:
             RECEIVE_CALL.reset(token)
 
-    async def _receive_loop(self, *, wait: bool, timeout: float | None) -> WorkItem | None:
+    async def _receive_loop(self, *, wait: bool, timeout: float | None) -> WorkItem[ValueT] | None:
         started = time.monotonic()
         # try_receive() does not wait for a healing lease either.
         deadline = started if not wait else None if timeout is None else started + timeout
@@ -436,12 +454,12 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         while True:
             self._check_open()
             if snap.delayed is not None and ready_millis(snap.delayed) <= now_millis():
-                await self._promote_matured()
+                await self._sweeps.promote()
                 snap = await self._snapshot()
                 continue
             if snap.orphans and not reclaimed:
                 reclaimed = True  # once per pass: a lost race must not spin
-                if await self._reclaim_orphans():
+                if await self._sweeps.reclaim():
                     snap = await self._snapshot()
                     continue
             if snap.items:
@@ -474,25 +492,18 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
             snap, reclaimed = await self._snapshot(), False
 
     async def _wait_for_items(self, revision: int, timeout: float) -> bool:
-        return await wait_for_put_under(
-            self._client,
-            self._keys.items,
-            after_revision=revision,
-            timeout=timeout,
-            on_recovery=self._on_recovery_event,
+        # A new delayed item may mature before the wait would end: wake for it too.
+        prefixes = (self._keys.items, self._keys.delayed)
+        return await wait_for_put_under_any(
+            self._client, prefixes, revision, timeout, self._on_recovery_event
         )
 
     async def _claim(
         self, items: list[KeyValue], deadline: float | None
-    ) -> WorkItem | Snapshot | None:
+    ) -> WorkItem[ValueT] | Snapshot | None:
         """Claim the first of ``items`` still present: the item, a fresh snapshot if none was,
         or None if the deadline passed while the consumer lease was healing."""
-        window, size = [items[0]], len(items[0].value)
-        for kv in items[1 : self._claimer.reach]:  # well under the server's request size limit
-            size += len(kv.value)
-            if size > _CHAIN_BYTES:
-                break
-            window.append(kv)
+        window = self._claimer.window(items)
         dead = 0  # a lease id the server no longer knows
         while True:
             lease_id = await self._consumer.acquire(deadline, dead)
@@ -511,12 +522,16 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
             # round trip) while it is fresh. The claim of a stale candidate just fails over.
             self._prefetched = (time.monotonic(), claimed.after)
             name = item_name(claimed.head.key)
-            item = WorkItem(
-                name,
-                decode(self.codec, claimed.head.value),
-                claimed.attempt,
-                claim=_Claim(self, claimed.head.value, claimed.revision),
-            )
+            claim = _Claim(self, claimed.head.value, claimed.revision, lease_id)
+            try:
+                value = decode_at(self.codec, claimed.head, self.exception_context, _DEAD)
+            except CodecError as exc:
+                # A payload that does not decode would wedge every consumer: dead-letter it.
+                log.warning("%s", exc)
+                item = WorkItem[ValueT](name, cast(ValueT, None), claimed.attempt, claim=claim)
+                await self._settle(item, "dead", reason="undecodable")
+                return claimed.after
+            item = WorkItem(name, value, claimed.attempt, claim=claim)
             self._held[name] = item
             return item
 
@@ -532,56 +547,37 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
 
     # ------------------------------------------------------------------ settling
 
-    async def _settle(self, item: WorkItem, *, requeue: bool) -> bool:
-        claim = item._claim
+    async def _settle(
+        self, item: WorkItem[ValueT], how: str, *, delay: float = 0.0, reason: str | None = None
+    ) -> bool:
+        claim, name = item._claim, item.id
         if claim.settled or self.is_closed:
             return False
-        if requeue:
-            self._prefetched = None  # it goes back to the head: a kept snapshot lacks it
-        settled = await self._claimer.settle(item.id, claim.data, claim.revision, requeue=requeue)
         claim.settled = True
-        if self._held.get(item.id) is item:
-            del self._held[item.id]
+        self._held.pop(name, None)  # closing must not return it meanwhile
+        if how == "requeue":
+            self._prefetched = None  # it goes back to the head: a kept snapshot lacks it
+        ops = self._claimer.settle_ops(name, claim.data, how, delay=delay, reason=reason)
+        budget = self.config.visibility_timeout
+        try:
+            settled = await self._claimer.settle(name, claim.revision, claim.lease_id, ops, budget)
+        except BaseException:
+            if not self.is_closed:  # unknown: still ours to return on close
+                self._held.setdefault(name, item)
+                claim.settled = False
+            raise
         if not settled:
-            log.info(
-                "%s: the claim on %s was lost before settling", self.exception_context, item.id
-            )
+            log.info("%s: the claim on %s was lost before settling", self.exception_context, name)
         return settled
 
-    async def _release(self, item: WorkItem) -> None:
+    async def _release(self, item: WorkItem[ValueT]) -> None:
         """Return an unsettled item as an orphan would be returned (or dead-lettered)."""
         claim = item._claim
         claim.settled = True
         dead = item.attempt >= self.config.max_deliveries
-        await self._claimer.release(item.id, claim.data, claim.revision, dead=dead)
-
-    # ------------------------------------------------------------------ sweeping
-
-    async def _reclaim_orphans(self) -> int:
-        self._prefetched = None
-        return await reclaim_orphans(
-            self._client, self._keys, self.config.max_deliveries, self.exception_context
+        await self._claimer.release(
+            item.id, claim.data, claim.revision, dead=dead, attempts=item.attempt
         )
-
-    async def _promote_matured(self) -> int:
-        self._prefetched = None
-        return await promote_matured(self._client, self._keys)
-
-    async def _sweep_forever(self) -> None:
-        period = self.config.sweep_interval
-        await asyncio.sleep(period + random.uniform(0, period / 2))  # fleets do not sweep in step
-        while True:
-            try:
-                snap = await self._snapshot()
-                if snap.delayed is not None and ready_millis(snap.delayed) <= now_millis():
-                    await self._promote_matured()
-                if snap.orphans:
-                    await self._reclaim_orphans()
-            except EtcdRecipeError as exc:
-                log.debug("%s: sweep failed: %s", self.exception_context, exc)
-            except Exception as exc:
-                self._record_exception(exc, "sweeper")
-            await asyncio.sleep(period)
 
     # ------------------------------------------------------------------ lifecycle
 

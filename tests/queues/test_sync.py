@@ -95,7 +95,9 @@ def test_work_queue_twin(client: EtcdClient, etcd_prefix: str) -> None:
         client.lease_revoke(queue.lease_id)
         assert doomed.ack() is False  # the claim went with the lease
         assert queue.receive(timeout=1.5) is None  # orphaned on its last delivery: dead
-        assert queue.dead_letters() == [DeadLetter(ids[1], b"b", 1)]
+        assert queue.dead_letters() == [
+            DeadLetter(ids[1], b"b", 1, "max_deliveries: orphaned on delivery 1, the last allowed")
+        ]
         assert queue.purge_dead_letter(ids[1]) is True
     assert any(isinstance(e, LeaseExpired) for e, _ in events)
     assert all(name != client._rt.loop_thread.name for _, name in events)  # off the loop

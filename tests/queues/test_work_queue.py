@@ -186,10 +186,13 @@ async def test_dead_letters_after_max_deliveries(etcd_client, etcd_prefix):
         await etcd_client.lease_revoke(queue.lease_id)  # the consumer "crashes" on it
     # Orphaned after its last allowed delivery: dead-lettered, not redelivered.
     assert await queue.receive(timeout=1.5) is None
-    assert await queue.dead_letters() == [DeadLetter(poison, b"poison", 2)]
+    assert await queue.dead_letters() == [
+        DeadLetter(poison, b"poison", 2, "max_deliveries: orphaned on delivery 2, the last allowed")
+    ]
     assert await keys(etcd_client, path + "/") == [
         f"{path}/attempts/{poison}",
         f"{path}/dlq/{poison}",
+        f"{path}/reasons/{poison}",
     ]
     # The operator surface: replay with a fresh count, or purge.
     assert await queue.requeue_dead_letter("0000000000000000000-nop") is False
@@ -278,7 +281,14 @@ async def test_typed_work_queue(etcd_client, etcd_prefix):
         await etcd_client.lease_revoke(queue.lease_id)
         third = await asyncio.wait_for(queue.receive(), 5)
         assert third.value == {"order": 3}
-        assert await queue.dead_letters() == [DeadLetter(second.id, {"order": 2}, 1)]
+        assert await queue.dead_letters() == [
+            DeadLetter(
+                second.id,
+                {"order": 2},
+                1,
+                "max_deliveries: orphaned on delivery 1, the last allowed",
+            )
+        ]
 
 
 async def test_receive_latency_metric(etcd_server, etcd_prefix):

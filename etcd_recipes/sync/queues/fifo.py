@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Generic
+from typing import TYPE_CHECKING, Any, Generic, overload
 
 from typing_extensions import TypeVar
 
@@ -55,7 +55,17 @@ class DistributedQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedQueue)
         )
         self._bind(client._rt, value, client._owner())
 
-    def enqueue(self, value: ValueT | str) -> None:
+    def __iter__(self) -> DistributedQueue[ValueT]:
+        return self
+
+    def __next__(self) -> ValueT:
+        return self._rt.next(self._a.__anext__)
+
+    @overload
+    def enqueue(self: DistributedQueue[bytes], value: bytes | str) -> None: ...
+    @overload
+    def enqueue(self, value: ValueT) -> None: ...
+    def enqueue(self, value: Any) -> None:
         """Append ``value`` (one transaction; its commit revision is its place in the queue).
 
         Example::
@@ -69,7 +79,11 @@ class DistributedQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedQueue)
         """
         self._rt.call(self._a.enqueue, value)
 
-    def enqueue_all(self, values: Iterable[ValueT | str]) -> None:
+    @overload
+    def enqueue_all(self: DistributedQueue[bytes], values: Iterable[bytes | str]) -> None: ...
+    @overload
+    def enqueue_all(self, values: Iterable[ValueT]) -> None: ...
+    def enqueue_all(self, values: Iterable[Any]) -> None:
         """Append every value in **one** transaction: all become visible at the same revision,
         in argument order, or none does. An empty iterable is a no-op.
 
@@ -91,7 +105,10 @@ class DistributedQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedQueue)
     def dequeue(self) -> ValueT:
         """Take the head of the queue, waiting for an item as long as it takes.
 
-        Cancellation consumes nothing (see the module docstring).
+        Cancellation consumes nothing (see the module docstring). With a codec, the head is
+        decoded **before** the take commits: a value that does not decode raises
+        :class:`~etcd_recipes.errors.CodecError` naming its key and stays in place (a queue
+        on the same path without a codec takes it raw).
 
         Example::
 

@@ -3,16 +3,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Generic
+
+from typing_extensions import TypeVar
 
 from etcd_recipes.queues import item as _async
 from etcd_recipes.sync._twin import SyncTwin
 
 __all__ = ["WorkItem"]
 
+ValueT = TypeVar("ValueT", default=bytes)
 
-class WorkItem(SyncTwin, twin_of=_async.WorkItem):
-    """A received item, claimed by this consumer until :meth:`ack` or :meth:`requeue`.
+
+class WorkItem(SyncTwin, Generic[ValueT], twin_of=_async.WorkItem):
+    """A received item, claimed by this consumer until :meth:`ack`, :meth:`requeue` or
+    :meth:`dead_letter`.
 
     ``value`` is the decoded payload (``bytes`` without a codec), ``attempt`` the delivery
     number (1 the first time; a redelivery after a crash has ``attempt + 1``).
@@ -33,11 +38,12 @@ class WorkItem(SyncTwin, twin_of=_async.WorkItem):
             assert item.is_settled and item.attempt == 1
     """
 
-    _a: _async.WorkItem
+    _a: _async.WorkItem[ValueT]
 
     @property
     def is_settled(self) -> bool:
-        """Whether :meth:`ack` or :meth:`requeue` already ran (successfully or not)."""
+        """Whether :meth:`ack`, :meth:`requeue` or :meth:`dead_letter` already ran
+        (successfully or not)."""
         return self._rt.call_sync(lambda: self._a.is_settled)
 
     def ack(self) -> bool:
@@ -57,9 +63,11 @@ class WorkItem(SyncTwin, twin_of=_async.WorkItem):
         """
         return self._rt.call(self._a.ack)
 
-    def requeue(self) -> bool:
-        """Hand the item back at once, to its original place, keeping its attempt count.
-        ``False`` if the claim was lost or the item was already settled.
+    def requeue(self, delay: float | None = None) -> bool:
+        """Hand the item back, keeping its id and attempt count: at once to its original place,
+        or -- ``delay`` seconds > 0 -- out of sight until then (a retry backoff), back at its
+        original place when it matures. ``False`` if the claim was lost or the item was already
+        settled. It never dead-letters (see :meth:`dead_letter`).
 
         Example::
 
@@ -71,9 +79,28 @@ class WorkItem(SyncTwin, twin_of=_async.WorkItem):
                 item.requeue()   # a transient failure: let any consumer retry now
                 again = queue.receive()
                 assert (again.id, again.attempt) == (item.id, 2)
-                again.ack()
+                again.requeue(delay=60)       # or: retry in a minute
+                assert queue.try_receive() is None
         """
-        return self._rt.call(self._a.requeue)
+        return self._rt.call(self._a.requeue, delay)
+
+    def dead_letter(self, reason: str) -> bool:
+        """Give up on the item: move it to the dead letters at once, with ``reason`` stored
+        beside it (shown by ``dead_letters()``) and its attempt count kept. ``False`` if the
+        claim was lost or the item was already settled.
+
+        Example::
+
+            from etcd_recipes.sync import DistributedWorkQueue
+
+            with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
+                queue.enqueue(b"not-an-image")
+                item = queue.receive()
+                assert item.dead_letter("unsupported format") is True
+                (dead,) = queue.dead_letters()
+                assert (dead.id, dead.reason, dead.attempts) == (item.id, "unsupported format", 1)
+        """
+        return self._rt.call(self._a.dead_letter, reason)
 
     @property
     def id(self) -> str:
@@ -81,7 +108,7 @@ class WorkItem(SyncTwin, twin_of=_async.WorkItem):
         return self._rt.call_sync(lambda: self._a.id)
 
     @property
-    def value(self) -> Any:
+    def value(self) -> ValueT:
         """The decoded payload."""
         return self._rt.call_sync(lambda: self._a.value)
 

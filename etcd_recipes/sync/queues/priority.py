@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Generic
+from typing import TYPE_CHECKING, Any, Generic, overload
 
 from typing_extensions import TypeVar
 
@@ -60,7 +60,19 @@ class DistributedPriorityQueue(Recipe, Generic[ValueT], twin_of=_async.Distribut
         )
         self._bind(client._rt, value, client._owner())
 
-    def enqueue(self, value: ValueT | str, priority: int) -> None:
+    def __iter__(self) -> DistributedPriorityQueue[ValueT]:
+        return self
+
+    def __next__(self) -> ValueT:
+        return self._rt.next(self._a.__anext__)
+
+    @overload
+    def enqueue(
+        self: DistributedPriorityQueue[bytes], value: bytes | str, priority: int
+    ) -> None: ...
+    @overload
+    def enqueue(self, value: ValueT, priority: int) -> None: ...
+    def enqueue(self, value: Any, priority: int) -> None:
         """Add ``value`` at ``priority`` (0..65535, lower first; FIFO within a priority).
 
         Raises :class:`InvalidPriorityError` for a priority out of range (nothing is written),
@@ -91,7 +103,10 @@ class DistributedPriorityQueue(Recipe, Generic[ValueT], twin_of=_async.Distribut
     def dequeue(self) -> ValueT:
         """Take the head of the queue, waiting for an item as long as it takes.
 
-        Cancellation consumes nothing (see the module docstring).
+        Cancellation consumes nothing (see the module docstring). With a codec, the head is
+        decoded **before** the take commits: a value that does not decode raises
+        :class:`~etcd_recipes.errors.CodecError` naming its key and stays in place (a queue
+        on the same path without a codec takes it raw).
 
         Example::
 

@@ -64,7 +64,13 @@ class DistributedWorkQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedWo
 
     one_shot = _async.DistributedWorkQueue.one_shot
 
-    def enqueue(self, value: ValueT | str, delay: float | None = None) -> str:
+    @overload
+    def enqueue(
+        self: DistributedWorkQueue[bytes], value: bytes | str, delay: float | None = None
+    ) -> str: ...
+    @overload
+    def enqueue(self, value: ValueT, delay: float | None = None) -> str: ...
+    def enqueue(self, value: Any, delay: float | None = None) -> str:
         """Add ``value``; returns its id. With ``delay`` (seconds) it stays invisible until it
         matures (a delay <= 0 enqueues at once).
 
@@ -81,7 +87,13 @@ class DistributedWorkQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedWo
         """
         return self._rt.call(self._a.enqueue, value, delay)
 
-    def enqueue_all(self, values: Iterable[ValueT | str]) -> list[str]:
+    @overload
+    def enqueue_all(
+        self: DistributedWorkQueue[bytes], values: Iterable[bytes | str]
+    ) -> list[str]: ...
+    @overload
+    def enqueue_all(self, values: Iterable[ValueT]) -> list[str]: ...
+    def enqueue_all(self, values: Iterable[Any]) -> list[str]:
         """Add every value in **one** transaction (all visible at once, in argument order, or
         none); returns their ids. An empty iterable is a no-op.
 
@@ -96,10 +108,10 @@ class DistributedWorkQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedWo
         return self._rt.call(self._a.enqueue_all, values)
 
     @overload
-    def receive(self, timeout: float) -> WorkItem | None: ...
+    def receive(self, timeout: float) -> WorkItem[ValueT] | None: ...
     @overload
-    def receive(self, timeout: None = None) -> WorkItem: ...
-    def receive(self, timeout: float | None = None) -> WorkItem | None:
+    def receive(self, timeout: None = None) -> WorkItem[ValueT]: ...
+    def receive(self, timeout: float | None = None) -> WorkItem[ValueT] | None:
         """Claim the next item, waiting for one (at most ``timeout`` seconds; ``0``: try once);
         ``None`` if the time ran out. Cancellation consumes nothing.
 
@@ -115,10 +127,10 @@ class DistributedWorkQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedWo
                 assert queue.receive(timeout=0.2) is None   # time ran out
         """
         value = self._rt.call(self._a.receive, timeout)
-        result: WorkItem | None = self._twin(value)
+        result: WorkItem[ValueT] | None = self._twin(value)
         return result
 
-    def try_receive(self) -> WorkItem | None:
+    def try_receive(self) -> WorkItem[ValueT] | None:
         """Claim the next item if one is ready; ``None`` at once otherwise.
 
         Example::
@@ -129,7 +141,15 @@ class DistributedWorkQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedWo
                 assert queue.try_receive() is None         # nothing ready: at once
         """
         value = self._rt.call(self._a.try_receive)
-        result: WorkItem | None = self._twin(value)
+        result: WorkItem[ValueT] | None = self._twin(value)
+        return result
+
+    def __iter__(self) -> DistributedWorkQueue[ValueT]:
+        return self
+
+    def __next__(self) -> WorkItem[ValueT]:
+        value = self._rt.next(self._a.__anext__)
+        result: WorkItem[ValueT] = self._twin(value)
         return result
 
     def size(self) -> int:
@@ -186,22 +206,18 @@ class DistributedWorkQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedWo
         return result
 
     def dead_letters(self) -> list[DeadLetter[ValueT]]:
-        """The dead-lettered items, oldest id first (one read).
+        """The dead-lettered items, oldest id first, with their reasons (one read): orphans
+        of their last allowed delivery, items a worker gave up on, undecodable payloads.
 
         Example::
 
-            from etcd_recipes.sync import DistributedWorkQueue, WorkQueueConfig
+            from etcd_recipes.sync import DistributedWorkQueue
 
-            config = WorkQueueConfig(visibility_timeout=1, max_deliveries=1)
-            with DistributedWorkQueue(client, f"{prefix}/jobs", config) as queue:
+            with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
                 queue.enqueue(b"poison")
-                queue.receive()
-                client.lease_revoke(queue.lease_id)   # as if this consumer crashed
-                other = DistributedWorkQueue(client, f"{prefix}/jobs", config)
-                assert other.try_receive() is None    # the orphan is dead, not redelivered
-                for dead in other.dead_letters():
-                    print(f"{dead.id} failed {dead.attempts} times: {dead.value!r}")
-                other.close()
+                (queue.receive()).dead_letter("cannot parse")
+                for dead in queue.dead_letters():
+                    print(f"{dead.id} after {dead.attempts} attempt(s): {dead.reason}")
         """
         return self._rt.call(self._a.dead_letters)
 
@@ -211,19 +227,14 @@ class DistributedWorkQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedWo
 
         Example::
 
-            from etcd_recipes.sync import DistributedWorkQueue, WorkQueueConfig
+            from etcd_recipes.sync import DistributedWorkQueue
 
-            config = WorkQueueConfig(visibility_timeout=1, max_deliveries=1)
-            with DistributedWorkQueue(client, f"{prefix}/jobs", config) as queue:
+            with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
                 item_id = queue.enqueue(b"poison")
-                queue.receive()
-                client.lease_revoke(queue.lease_id)   # as if this consumer crashed
-                other = DistributedWorkQueue(client, f"{prefix}/jobs", config)
-                assert other.try_receive() is None    # dead-lettered
-                assert other.requeue_dead_letter(item_id) is True
-                assert (other.receive()).attempt == 1  # a fresh count
-                assert other.requeue_dead_letter(item_id) is False
-                other.close()
+                (queue.receive()).dead_letter("bug #12")
+                assert queue.requeue_dead_letter(item_id) is True  # fixed: replay it
+                assert (queue.receive()).attempt == 1             # a fresh count
+                assert queue.requeue_dead_letter(item_id) is False
         """
         return self._rt.call(self._a.requeue_dead_letter, item_id)
 
