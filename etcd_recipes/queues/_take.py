@@ -32,13 +32,12 @@ import anyio
 from .._core.keys import append_to_path
 from .._core.recipe import Recipe
 from .._core.txn import AnyOp, Cmp, Compare, GetOp, Op
-from .._core.validate import check_timeout
+from .._core.validate import check_timeout, check_values
 from .._core.waiting import abort_guard, wait_for_put_under
 from ..codecs import Codec, ValueT, as_codec, to_bytes
 from ..errors import (
     EtcdConnectionError,
     EtcdTimeoutError,
-    InvalidArgumentError,
     RetriesExhaustedError,
 )
 from ..types import DeleteResult, KeyValue, RangeResult, SortOrder, SortTarget, TxnResult
@@ -81,11 +80,7 @@ def decode(codec: Codec[Any] | None, data: bytes) -> Any:
 
 
 def check_batch(values: Iterable[object]) -> list[object]:
-    if isinstance(values, (str, bytes, bytearray, memoryview)):
-        raise InvalidArgumentError(
-            "enqueue_all() takes an iterable of values, not a single str/bytes value"
-        )
-    return list(values)
+    return check_values(values)  # validate.py's rule (kept here: the queues' one import)
 
 
 def retrieve(task: asyncio.Future[Any]) -> None:
