@@ -24,9 +24,11 @@ for all recipes:
   (:class:`~etcd_recipes.errors.EmptyPathError`), and has no empty segment (``//``) and no NUL
   character (:class:`~etcd_recipes.errors.InvalidPathError`): a relative path, or one joined
   with a doubled slash, is a mistake, and is never silently rewritten to somewhere else. One
-  trailing ``/`` is accepted: recipes that keep keys under their path join like the reference
-  library (``"/a/"`` and ``"/a"`` share their children), single-key recipes use the path as
-  given.
+  trailing ``/`` is accepted and each recipe keeps its documented layout under it (the queues
+  join like the reference library, so ``"/a/"`` and ``"/a"`` share their children; the mutex
+  keeps etcd's ``<path>/<lease hex>`` exactly as ``etcdctl lock`` does; single-key recipes use
+  the path as given). The raw service calls (``server_lock``, ``election_*``) take etcd names,
+  which need no ``/``, as ``etcdctl`` does.
 
 Not public: recipes import it, users see only the errors.
 """
