@@ -233,12 +233,12 @@ def check_lease_id(lease_id: Any, *, what: str = "lease_id", call: str = "") -> 
     >>> check_lease_id(0x1234, call="server_lock()")
     4660
     """
-    if not isinstance(lease_id, int) or isinstance(lease_id, bool):
+    if not isinstance(lease_id, int):  # True is refused below, with False (lease 0)
         raise InvalidArgumentTypeError(
             f"{call + ': ' if call else ''}{what} must be the int id of a granted lease, "
             f"not {type(lease_id).__name__} {lease_id!r}"
         )
-    if not 0 < lease_id <= INT64_MAX:
+    if isinstance(lease_id, bool) or not 0 < lease_id <= INT64_MAX:
         raise InvalidArgumentError(
             f"{call + ': ' if call else ''}{what} must be the id of a granted lease, not "
             f"{lease_id!r} (with lease 0 etcd attaches a 60 s lease of its own that nobody "
