@@ -34,6 +34,7 @@ from typing import Any
 import anyio
 from aetcd import rpc as pb
 
+from ._core import validate
 from ._core.connectivity import ChannelState, ConnectionStateCalls
 from ._core.convert import Convert, writes
 from ._core.convert import members as members_result
@@ -359,6 +360,7 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
             rev = (await client.put(prefix + "/k", "v")).revision
             assert (await client.get(prefix + "/k")).mod_revision == rev
         """
+        lease = validate.check_lease(lease)
         req = pb.PutRequest(key=self._k(key), value=to_bytes(value), lease=lease, prev_kv=prev_kv)
         resp = await self._call("put", "Put", pb.KVStub, req, timeout=timeout)
         prev = self._kv(resp.prev_kv) if resp.HasField("prev_kv") else None
@@ -426,7 +428,7 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         self, revision: int, *, physical: bool = False, timeout: float | None = _UNSET
     ) -> None:
         """Discard history older than ``revision`` (watches below it get a compaction error)."""
-        req = pb.CompactionRequest(revision=revision, physical=physical)
+        req = pb.CompactionRequest(revision=validate.check_revision(revision), physical=physical)
         await self._call("compact", "Compact", pb.KVStub, req, timeout=timeout)
 
     # ------------------------------------------------------------------ cluster
@@ -466,14 +468,11 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
 
     async def lease_revoke(self, lease_id: int, *, timeout: float | None = _UNSET) -> bool:
         """Revoke a lease, deleting its keys. Best-effort: False (logged) instead of raising."""
+        req = pb.LeaseRevokeRequest(ID=validate.check_lease_id(lease_id))
+        timeout = validate.check_rpc_timeout(timeout)  # a bad argument is no "False"
         try:
             await self._call(
-                "lease_revoke",
-                "LeaseRevoke",
-                pb.LeaseStub,
-                pb.LeaseRevokeRequest(ID=lease_id),
-                retry=False,
-                timeout=timeout,
+                "lease_revoke", "LeaseRevoke", pb.LeaseStub, req, retry=False, timeout=timeout
             )
             return True
         except EtcdRecipeError as exc:
@@ -484,7 +483,7 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         self, lease_id: int, *, keys: bool = False, timeout: float | None = _UNSET
     ) -> LeaseInfo:
         """A lease's remaining TTL (``-1`` when it does not exist) and, optionally, its keys."""
-        req = pb.LeaseTimeToLiveRequest(ID=lease_id, keys=keys)
+        req = pb.LeaseTimeToLiveRequest(ID=validate.check_lease_id(lease_id), keys=keys)
         resp = await self._call(
             "lease_time_to_live", "LeaseTimeToLive", pb.LeaseStub, req, timeout=timeout
         )
@@ -520,8 +519,7 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
                     assert event.kv.value == b"a"
                     break
         """
-        if start_revision < 0:
-            raise InvalidArgumentError("start_revision must be >= 0")
+        validate.check_revision(start_revision, what="start_revision")
         k = self._k(key)
         return Watch(
             self._watch_hub,

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from ._core.recipe import Recipe
 from ._core.txn import Cmp, Op
-from ._core.validate import check_int_range, check_path
+from ._core.validate import INT64_MAX, check_client, check_int64, check_path
 from .codecs import INT64
 from .errors import InvalidArgumentError
 from .types import RangeResult
@@ -64,8 +64,7 @@ class DistributedAtomicLong(Recipe):
         self, client: EtcdClient, path: str, *, default: int = 0, client_id: str | None = None
     ) -> None:
         super().__init__(client, path, client_id=client_id)
-        INT64.encode(default)  # validates the range early
-        self.default = default
+        self.default = check_int64(default, what="default")
 
     async def _do_start(self) -> None:
         await self._create_if_missing()
@@ -100,7 +99,7 @@ class DistributedAtomicLong(Recipe):
 
     async def subtract(self, delta: int) -> int:
         """Subtract ``delta``; returns the value this call committed."""
-        return await self.add(-delta)
+        return await self.add(-check_int64(delta, what="delta", minimum=-INT64_MAX))
 
     async def add(self, delta: int) -> int:
         """Add ``delta`` (may be negative); returns the value this call committed.
@@ -108,8 +107,8 @@ class DistributedAtomicLong(Recipe):
         Raises :class:`~etcd_recipes.errors.InvalidArgumentError` if the result would leave the
         int64 range.
         """
+        check_int64(delta, what="delta")
         self._check_open()
-        check_int_range(delta, what="delta")
         kv = await self._client.get(self.path)
         if kv is None:
             kv = (await self._create_if_missing()).kvs[0]
@@ -149,4 +148,4 @@ class DistributedAtomicLong(Recipe):
             assert await DistributedAtomicLong.delete(client, f"{prefix}/visits") is True
             assert await DistributedAtomicLong.delete(client, f"{prefix}/visits") is False
         """
-        return (await client.delete(check_path(path))).deleted > 0
+        return (await check_client(client).delete(check_path(path))).deleted > 0

@@ -40,7 +40,9 @@ __all__ = [
     "ForkedProcessError",
     "FutureRevisionError",
     "InvalidArgumentError",
+    "InvalidArgumentTypeError",
     "InvalidEndpointError",
+    "InvalidPathError",
     "LeadershipLostError",
     "LeaseEventError",
     "LeaseNotFoundError",
@@ -207,8 +209,18 @@ class EmptyKeyError(InvalidArgumentError):
     """A key was empty; etcd rejects empty keys."""
 
 
+class InvalidArgumentTypeError(InvalidArgumentError, TypeError):
+    """An argument has the wrong type (``client=None``, ``timeout="5"``, ``limit="5"``).
+    Also a built-in :class:`TypeError` (and, as every argument error, a :class:`ValueError`)."""
+
+
 class EmptyPathError(InvalidArgumentError):
     """A recipe path was empty."""
+
+
+class InvalidPathError(InvalidArgumentError):
+    """A recipe path is not absolute (no leading ``/``), has an empty segment (``//``) or a
+    NUL character; nothing is written anywhere the caller did not name."""
 
 
 class ValueTooLargeError(InvalidArgumentError):

@@ -64,6 +64,8 @@ class TransientKeyValue(Recipe, Generic[T]):
         assert await client.get(presence.key) is None
     """
 
+    _path_arg = "key"
+
     def __init__(
         self,
         client: EtcdClient,

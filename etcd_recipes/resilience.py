@@ -21,7 +21,7 @@ import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 
-from ._core.validate import check_timeout
+from ._core.validate import check_count, check_duration, check_timeout
 from .errors import InvalidArgumentError
 from .metrics import NOOP_METRICS, EtcdMetrics
 
@@ -122,8 +122,8 @@ class ExponentialBackoff(RetryPolicy):
             raise InvalidArgumentError(f"factor must be >= 1, got {self.factor}")
         if not 0.0 <= self.jitter <= 1.0:
             raise InvalidArgumentError(f"jitter must be in [0, 1], got {self.jitter}")
-        if self.max_attempts is not None and self.max_attempts < 1:
-            raise InvalidArgumentError(f"max_attempts must be >= 1, got {self.max_attempts}")
+        if self.max_attempts is not None:
+            check_count(self.max_attempts, what="max_attempts")
         if self.max_elapsed is not None and not self.max_elapsed > 0:
             raise InvalidArgumentError(f"max_elapsed must be > 0, got {self.max_elapsed}")
 
@@ -151,10 +151,8 @@ class Bounded(RetryPolicy):
     delay: float = 0.5
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise InvalidArgumentError(f"max_attempts must be >= 1, got {self.max_attempts}")
-        if self.delay < 0:
-            raise InvalidArgumentError(f"delay must be >= 0, got {self.delay}")
+        check_count(self.max_attempts, what="max_attempts")
+        check_duration(self.delay, what="delay", inclusive=True)
 
     def next_delay(self, attempt: int, elapsed: float) -> float | None:
         _check_attempt(attempt)

@@ -27,6 +27,7 @@ from ..types import (
 )
 from .keys import key_bytes, prefix_range_end
 from .txn import AnyOp, Compare, DeleteOp, GetOp, PutOp, TxnOp
+from .validate import check_revision
 
 __all__ = ["Convert", "members", "status", "writes"]
 
@@ -92,10 +93,11 @@ class Convert:
         min_mod_revision: int = 0,
     ) -> Any:
         """A ``RangeRequest`` (validated, namespaced)."""
-        if min(limit, revision, max_create_revision, min_mod_revision) < 0:
-            raise InvalidArgumentError(
-                "limit, revision, max_create_revision and min_mod_revision must be >= 0"
-            )
+        if (limit, revision, max_create_revision, min_mod_revision) != (0, 0, 0, 0):
+            check_revision(limit, what="limit")
+            check_revision(revision)
+            check_revision(max_create_revision, what="max_create_revision")
+            check_revision(min_mod_revision, what="min_mod_revision")
         k = self.namespace + key_bytes(key)
         return pb.RangeRequest(
             key=k,

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import grpc
 
 from ..errors import InvalidArgumentError, InvalidEndpointError
+from .validate import check_duration
 
 _grpc: Any = grpc  # grpc ships no type information
 
@@ -151,11 +152,11 @@ class ChannelSpec:
         max_reconnect_backoff: float = 1.0,
     ) -> ChannelSpec:
         """Validate the connection settings (no I/O but reading certificate files)."""
+        check_duration(keepalive_time, what="keepalive_time")
+        check_duration(keepalive_timeout, what="keepalive_timeout")
         parsed = parse_endpoints(endpoints)
         if (cert is None) != (key is None):
             raise InvalidArgumentError("mutual TLS needs both cert= and key=")
-        if not keepalive_time > 0 or not keepalive_timeout > 0:
-            raise InvalidArgumentError("keepalive_time and keepalive_timeout must be > 0")
         explicit = {e.secure for e in parsed if e.secure is not None}
         secure = explicit == {True} or (not explicit and (ca_cert is not None or cert is not None))
         if explicit == {False} and (ca_cert is not None or cert is not None):

@@ -36,7 +36,7 @@ from ..events import LeaseEvent, LeaseExpired, LeaseFailed, LeaseRestored, Lease
 from ..resilience import LeaseResilience, RetryPolicy
 from .listeners import ListenerSet
 from .streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
-from .validate import check_ttl
+from .validate import check_client, check_ttl
 from .wire import Wire
 
 if TYPE_CHECKING:
@@ -232,7 +232,7 @@ async def _revoke_quietly(client: EtcdClient, lease_id: int) -> None:
 
 class _LeaseBase:
     def __init__(self, client: EtcdClient, ttl: float) -> None:
-        self._client = client
+        self._client = check_client(client)
         self.ttl = check_ttl(ttl)
         """The requested TTL in whole seconds."""
         self.listeners: ListenerSet = ListenerSet("lease")

@@ -39,6 +39,7 @@ from ..errors import (
 )
 from ..metrics import EtcdMetrics
 from ..resilience import RpcResilience
+from .validate import check_rpc_timeout
 
 __all__ = [
     "AuthManager",
@@ -264,7 +265,7 @@ class RpcRunner:
         context is cancelled or times out server-side, which any caller cancellation did.
         """
         res = resilience or self.resilience
-        per_attempt = res.operation_timeout if timeout is ... else timeout
+        per_attempt = res.operation_timeout if timeout is ... else check_rpc_timeout(timeout)
         start = time.monotonic()
         attempt = 0
         auth_retried = False

@@ -58,7 +58,7 @@ def _call(
 async def _lock(client: EtcdClient, name: bytes | str, lease_id: int, timeout: Any) -> bytes:
     """The v3lock ``Lock`` RPC: never retried, no gRPC deadline (the wait is bounded here),
     the waiter key removed on timeout or cancellation."""
-    check_lease_id(lease_id, what="server_lock()")
+    check_lease_id(lease_id, call="server_lock()")
     timeout = check_timeout(timeout)
     name_bytes = key_bytes(name)
     key = name_bytes + b"/" + f"{lease_id:x}".encode()
@@ -96,7 +96,7 @@ async def _campaign(
 ) -> ElectionLeaderKey:
     """The ``Campaign`` RPC: never retried, ``timeout`` as its deadline, the campaign key
     withdrawn on timeout or cancellation."""
-    check_lease_id(lease, what="election_campaign()")
+    check_lease_id(lease, what="lease", call="election_campaign()")
     timeout = check_timeout(timeout)
     raw_name = key_bytes(name)
     own_key = raw_name + b"/" + f"{lease:x}".encode()
@@ -358,6 +358,7 @@ class ServiceCalls:
     async def lease_keep_alive_once(self, lease_id: int) -> int:
         """Renew a lease once on the shared stream's schedule-free path; returns the new TTL
         (``0`` when the lease no longer exists)."""
+        check_lease_id(lease_id)
         me = self._me()
         me._check()
         return await keep_alive_once(me._wire, lease_id)

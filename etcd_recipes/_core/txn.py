@@ -23,6 +23,7 @@ from typing import Union
 from ..codecs import to_bytes
 from ..types import SortOrder, SortTarget
 from .keys import key_bytes
+from .validate import check_lease, check_revision
 
 __all__ = ["Cmp", "CmpResult", "CmpTarget", "Compare", "DeleteOp", "GetOp", "Op", "PutOp", "TxnOp"]
 
@@ -211,7 +212,7 @@ class Op:
             key_bytes(key),
             prefix,
             None if range_end is None else key_bytes(range_end),
-            limit,
+            check_revision(limit, what="limit"),
             sort_target,
             sort_order,
             keys_only,
@@ -223,7 +224,7 @@ class Op:
         key: bytes | str, value: bytes | str, *, lease: int = 0, prev_kv: bool = False
     ) -> PutOp:
         """Write ``value`` (``str`` is UTF-8 encoded), optionally attached to ``lease``."""
-        return PutOp(key_bytes(key), to_bytes(value), lease, prev_kv)
+        return PutOp(key_bytes(key), to_bytes(value), check_lease(lease), prev_kv)
 
     @staticmethod
     def delete(

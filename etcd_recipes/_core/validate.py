@@ -1,16 +1,34 @@
 """Argument validation shared by the client and every recipe (the one place for it).
 
-Each check returns the value normalised (``float`` seconds, ``int`` TTLs) or raises
-:class:`~etcd_recipes.errors.InvalidArgumentError` (also a ``ValueError``) naming the argument
-and the bad value. The rules, once for all recipes:
+Every public entry point calls these checks in its first lines, before any I/O and before its
+lifecycle checks, so a bad argument is reported as such and nothing is written. Each check
+returns the value normalised (``float`` seconds, ``int`` TTLs) or raises
+:class:`~etcd_recipes.errors.InvalidArgumentError` (a ``ValueError``) whose message names the
+argument and the bad value; a value of the wrong type raises its subclass
+:class:`~etcd_recipes.errors.InvalidArgumentTypeError` (also a ``TypeError``). The rules, once
+for all recipes:
 
 * ``bool`` is never a number here (``True`` is not one second, nor one permit);
 * timeouts are seconds > 0; ``nan`` is rejected everywhere; ``inf`` means "no bound" where a
   timeout may be ``None`` and is rejected where a finite duration is needed
-  (:func:`check_duration`);
-* lease TTLs are whole seconds >= 1: ``2`` and ``2.0`` are accepted, ``2.5`` is rejected
-  rather than silently truncated;
-* counts (members, permits, attempts, batch sizes) are ``int`` within the stated bounds.
+  (:func:`check_duration`). ``timeout=0`` means "try once, do not wait" where waiting is the
+  point (lock and permit acquisition, ``poll``, ``receive``); for a client RPC it is rejected
+  (a call that may not take any time can only fail; ``None`` means "no deadline", as for
+  :func:`asyncio.wait_for`);
+* lease TTLs are whole seconds in ``1..9_000_000_000`` (etcd's maximum): ``2`` and ``2.0`` are
+  accepted, ``2.5`` is **rejected** rather than silently truncated or rounded (etcd leases
+  have one-second resolution; the recipes' default TTL is 2 s);
+* counts (members, permits, attempts, batch sizes) are ``int`` within the stated bounds;
+  revisions, limits, lease ids and counter values are ``int`` within etcd's int64;
+* a recipe path is a ``str`` that starts with ``/``, is not only slashes
+  (:class:`~etcd_recipes.errors.EmptyPathError`), and has no empty segment (``//``) and no NUL
+  character (:class:`~etcd_recipes.errors.InvalidPathError`): a relative path, or one joined
+  with a doubled slash, is a mistake, and is never silently rewritten to somewhere else. One
+  trailing ``/`` is accepted and each recipe keeps its documented layout under it (the queues
+  join like the reference library, so ``"/a/"`` and ``"/a"`` share their children; the mutex
+  keeps etcd's ``<path>/<lease hex>`` exactly as ``etcdctl lock`` does; single-key recipes use
+  the path as given). The raw service calls (``server_lock``, ``election_*``) take etcd names,
+  which need no ``/``, as ``etcdctl`` does.
 
 Not public: recipes import it, users see only the errors.
 """
@@ -18,21 +36,41 @@ Not public: recipes import it, users see only the errors.
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
-from ..errors import EmptyPathError, InvalidArgumentError
+from ..errors import (
+    EmptyPathError,
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    InvalidPathError,
+)
+
+if TYPE_CHECKING:
+    from ..client import EtcdClient
 
 __all__ = [
+    "INT64_MAX",
+    "MAX_TTL",
+    "check_client",
     "check_count",
     "check_delay",
     "check_duration",
+    "check_int64",
     "check_int_range",
+    "check_lease",
     "check_lease_id",
     "check_path",
     "check_reason",
+    "check_revision",
+    "check_rpc_timeout",
     "check_timeout",
     "check_ttl",
+    "check_values",
 ]
+
+INT64_MAX = 2**63 - 1
+MAX_TTL = 9_000_000_000  # etcd's MaxLeaseTTL
 
 
 def _is_number(value: Any) -> bool:
@@ -56,12 +94,30 @@ def check_timeout(
         return None
     if zero and _is_number(timeout) and timeout == 0:
         return 0.0
-    if not _is_number(timeout) or math.isnan(timeout) or not timeout > 0:
+    if not _is_number(timeout):
+        raise InvalidArgumentTypeError(
+            f"{what} must be a number of seconds{' or None' if optional else ''}, "
+            f"not {type(timeout).__name__} {timeout!r}"
+        )
+    if math.isnan(timeout) or not timeout > 0:
         allowed = (" or None" if optional else "") + (" (0: try once)" if zero else "")
         raise InvalidArgumentError(
             f"{what} must be a number of seconds > 0{allowed}, got {timeout!r}"
         )
     return float(timeout)
+
+
+def check_rpc_timeout(timeout: Any) -> Any:
+    """A client call's ``timeout=``: seconds > 0 per attempt, ``None`` or ``inf`` for none;
+    ``...`` (the client's default) passes through.
+
+    >>> check_rpc_timeout(2), check_rpc_timeout(None), check_rpc_timeout(float("inf"))
+    (2.0, None, None)
+    """
+    if timeout is ...:
+        return timeout
+    checked = check_timeout(timeout)
+    return None if checked is None or math.isinf(checked) else checked
 
 
 def check_duration(
@@ -72,7 +128,11 @@ def check_duration(
     >>> check_duration(0.5, what="interval")
     0.5
     """
-    ok = _is_number(value) and math.isfinite(value)
+    if not _is_number(value):
+        raise InvalidArgumentTypeError(
+            f"{what} must be a number of seconds, not {type(value).__name__} {value!r}"
+        )
+    ok = math.isfinite(value)
     if ok:
         ok = value >= minimum if inclusive else value > minimum
     if not ok:
@@ -83,21 +143,26 @@ def check_duration(
     return float(value)
 
 
-def check_ttl(ttl: Any, *, what: str = "a lease TTL") -> int:
-    """Whole seconds >= 1 (``2.0`` is accepted as ``2``; ``2.5`` is rejected, not truncated).
+def check_ttl(ttl: Any, *, what: str = "ttl") -> int:
+    """Whole seconds in ``1..MAX_TTL`` (``2.0`` is accepted as ``2``; ``2.5`` is rejected, not
+    truncated nor rounded).
 
     >>> check_ttl(5)
     5
     """
-    if not _is_number(ttl) or not math.isfinite(ttl):
+    if not _is_number(ttl):
+        raise InvalidArgumentTypeError(
+            f"{what} must be a whole number of seconds, not {type(ttl).__name__} {ttl!r}"
+        )
+    if not math.isfinite(ttl):
         raise InvalidArgumentError(f"{what} must be a whole number of seconds, not {ttl!r}")
     if isinstance(ttl, float) and not ttl.is_integer():
         raise InvalidArgumentError(
             f"{what} must be a whole number of seconds (etcd leases have 1 s resolution), "
             f"got {ttl!r}"
         )
-    if ttl < 1:
-        raise InvalidArgumentError(f"{what} must be at least 1 second, got {ttl!r}")
+    if not 1 <= ttl <= MAX_TTL:
+        raise InvalidArgumentError(f"{what} must be 1..{MAX_TTL} seconds, got {ttl!r}")
     return int(ttl)
 
 
@@ -118,7 +183,10 @@ def check_int_range(
     hi = "" if maximum is None else str(maximum)
     bounds = f" in {lo}..{hi}" if lo or hi else ""
     if not isinstance(value, int) or isinstance(value, bool):
-        raise error(f"{what} must be an int{bounds}, got {type(value).__name__}")
+        message = f"{what} must be an int{bounds}, got {type(value).__name__} {value!r}"
+        if error is InvalidArgumentError:
+            raise InvalidArgumentTypeError(message)
+        raise error(message)
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         raise error(f"{what} must be an int{bounds}, got {value} (it is never wrapped into range)")
     return value
@@ -133,30 +201,74 @@ def check_count(value: Any, *, what: str, minimum: int = 1) -> int:
     return check_int_range(value, what=what, minimum=minimum)
 
 
-def check_lease_id(lease_id: Any, *, what: str) -> int:
-    """The id of a granted lease: an ``int`` > 0 (lease 0 would make etcd attach one of its own).
+def check_int64(value: Any, *, what: str, minimum: int = -INT64_MAX - 1) -> int:
+    """An ``int`` that etcd can store (int64), at least ``minimum``.
 
-    >>> check_lease_id(0x1234, what="server_lock()")
+    >>> check_int64(-5, what="delta")
+    -5
+    """
+    return check_int_range(value, what=what, minimum=minimum, maximum=INT64_MAX)
+
+
+def check_revision(revision: Any, *, what: str = "revision") -> int:
+    """A revision (or a range limit): an int64 >= 0, ``0`` meaning "latest" / "none".
+
+    >>> check_revision(0)
+    0
+    """
+    return check_int_range(revision, what=what, minimum=0, maximum=INT64_MAX)
+
+
+def check_lease(lease: Any, *, what: str = "lease") -> int:
+    """A lease to attach a key to: a lease id, or ``0`` for none.
+
+    >>> check_lease(0)
+    0
+    """
+    return check_int_range(lease, what=what, minimum=0, maximum=INT64_MAX)
+
+
+def check_lease_id(lease_id: Any, *, what: str = "lease_id", call: str = "") -> int:
+    """The id of a granted lease: an ``int`` in ``1..INT64_MAX`` (lease 0 would make etcd
+    attach one of its own).
+
+    >>> check_lease_id(0x1234, call="server_lock()")
     4660
     """
-    if not isinstance(lease_id, int) or isinstance(lease_id, bool) or lease_id <= 0:
+    if not isinstance(lease_id, int):  # True is refused below, with False (lease 0)
+        raise InvalidArgumentTypeError(
+            f"{call + ': ' if call else ''}{what} must be the int id of a granted lease, "
+            f"not {type(lease_id).__name__} {lease_id!r}"
+        )
+    if isinstance(lease_id, bool) or not 0 < lease_id <= INT64_MAX:
         raise InvalidArgumentError(
-            f"{what} needs the id of a granted lease, not {lease_id!r} (with lease 0 etcd "
-            "attaches a 60 s lease of its own that nobody keeps alive or revokes)"
+            f"{call + ': ' if call else ''}{what} must be the id of a granted lease, not "
+            f"{lease_id!r} (with lease 0 etcd attaches a 60 s lease of its own that nobody "
+            "keeps alive or revokes)"
         )
     return lease_id
 
 
-def check_path(path: Any) -> str:
-    """A recipe path: a non-empty ``str`` that is not only slashes.
+def check_path(path: Any, *, what: str = "path") -> str:
+    """A recipe path: a ``str`` starting with ``/``, not only slashes, without ``//`` or NUL.
 
     >>> check_path("/locks/job")
     '/locks/job'
     """
     if not isinstance(path, str):
-        raise InvalidArgumentError(f"a recipe path must be a str, not {type(path).__name__}")
+        raise InvalidArgumentTypeError(
+            f"{what} must be a str recipe path such as '/app/lock', not {type(path).__name__}"
+        )
     if not path or not path.strip("/"):
-        raise EmptyPathError("a recipe path must not be empty (or only '/')")
+        raise EmptyPathError(f"{what} must not be empty (or only '/'), got {path!r}")
+    if not path.startswith("/"):
+        raise InvalidPathError(
+            f"{what} must be absolute (start with '/'), got {path!r}: did you mean {'/' + path!r}?"
+        )
+    if "//" in path:
+        raise InvalidPathError(f"{what} must not contain an empty segment ('//'), got {path!r}")
+    if "\x00" in path:
+        raise InvalidPathError(f"{what} must not contain a NUL character, got {path!r}")
     return path
 
 
@@ -188,3 +300,37 @@ def check_reason(reason: Any, *, limit: int = 4096) -> str:
     if size > limit:
         raise InvalidArgumentError(f"reason must be at most {limit} bytes of UTF-8, got {size}")
     return reason
+
+
+def check_client(client: Any, *, what: str = "client") -> EtcdClient:
+    """An open-able :class:`~etcd_recipes.EtcdClient` (a blocking facade client is refused
+    with a pointer to the facade's own recipes).
+
+    >>> check_client(client) is client
+    True
+    """
+    from ..client import EtcdClient as Client  # at call time: client.py imports this module
+
+    if not isinstance(client, Client):
+        hint = ""
+        if type(client).__module__.startswith("etcd_recipes.sync"):
+            hint = " (a blocking client: use the recipes of etcd_recipes.sync with it)"
+        raise InvalidArgumentTypeError(
+            f"{what} must be an EtcdClient from connect(), not {type(client).__name__}{hint}"
+        )
+    return client
+
+
+def check_values(values: Any, *, what: str = "values") -> list[Any]:
+    """A batch: any iterable of values but a ``str``/``bytes`` (which would be split into
+    characters) or ``None``; returned as a list.
+
+    >>> check_values(iter([b"a", b"b"]))
+    [b'a', b'b']
+    """
+    if isinstance(values, (str, bytes, bytearray, memoryview)) or not isinstance(values, Iterable):
+        raise InvalidArgumentTypeError(
+            f"{what} must be an iterable of values (a list, a tuple, ...), "
+            f"not {type(values).__name__}"
+        )
+    return list(values)

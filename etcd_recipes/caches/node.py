@@ -72,6 +72,8 @@ class NodeCache(_Layer, Generic[ValueT]):
             assert event.type is NodeCacheEventType.UPDATED and event.value == b"on"
     """
 
+    _path_arg = "key"
+
     def __init__(
         self,
         client: EtcdClient,

@@ -48,7 +48,7 @@ import anyio
 from .._core.keys import prefix_range_end
 from .._core.recipe import Recipe
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
-from .._core.validate import check_count, check_timeout
+from .._core.validate import check_count, check_revision, check_timeout
 from .._core.watch import Watch
 from ..codecs import Codec, ValueT, as_codec
 from ..errors import (
@@ -103,6 +103,8 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
             await cache.wait_for_revision(written.revision)
             assert cache.get(f"{prefix}/config/mode") == b"green"
     """
+
+    _path_arg = "prefix"
 
     def __init__(
         self,
@@ -271,10 +273,8 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
                 written = await client.put(f"{prefix}/elsewhere", b"x")  # outside the range
                 assert await cache.wait_for_revision(written.revision) >= written.revision
         """
+        revision, timeout = check_revision(revision), check_timeout(timeout)
         self._check_started()
-        if isinstance(revision, bool) or not isinstance(revision, int) or revision < 0:
-            raise InvalidArgumentError(f"revision must be an int >= 0, got {revision!r}")
-        timeout = check_timeout(timeout)
         with anyio.move_on_after(timeout):
             while self._revision < revision:
                 self._check_started()
@@ -303,6 +303,7 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
                 await client.put(f"{prefix}/c/k", b"new")
                 assert await cache.get_consistent(f"{prefix}/c/k") == b"new"
         """
+        check_timeout(timeout)
         self._check_started()
         head = await self._client.range(self._key, range_end=self._end, count_only=True)
         await self.wait_for_revision(head.revision, timeout)

@@ -77,8 +77,8 @@ class LeaderLatch(_Candidate):
                     await first.aclose()  # steps down: "second" wins the next term
                     assert await second.await_leadership(timeout=10)
         """
-        self._check_started()
         timeout = check_timeout(timeout)
+        self._check_started()
         if self.has_leadership:
             return True
         async with abort_guard(self.aclose, what=f"{self.exception_context}: withdraw"):

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .._core.listeners import ListenerSet
 from .._core.recipe import Recipe
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
+from .._core.validate import check_count
 from ..errors import EtcdRecipeError, WatchFailedError
 from ..events import ConnectionState, WatchFailed, WatchResubscribed
 from ..types import EventType, RangeResult, WatchEvent
@@ -98,6 +99,7 @@ class LeaderObserver(Recipe):
                         if isinstance(event, Elected) and event.leader == "me":
                             break
         """
+        check_count(maxsize, what="maxsize")
         self._check_started()
         return self._events.stream(maxsize)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
+from .._core.validate import check_client
 from ..types import ElectionLeaderKey, KeyValue
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ async def election_campaign(
             assert kv is not None and kv.text == "node-1"
             await election_resign(client, leader)
     """
-    return await client.election_campaign(name, value, lease=lease, timeout=timeout)
+    return await check_client(client).election_campaign(name, value, lease=lease, timeout=timeout)
 
 
 async def election_proclaim(
@@ -77,7 +78,7 @@ async def election_proclaim(
             kv = await election_leader(client, f"{prefix}/jobs")
             assert kv is not None and kv.text == "node-1 (draining)"
     """
-    await client.election_proclaim(leader, value)
+    await check_client(client).election_proclaim(leader, value)
 
 
 async def election_leader(client: EtcdClient, name: bytes | str) -> KeyValue | None:
@@ -90,7 +91,7 @@ async def election_leader(client: EtcdClient, name: bytes | str) -> KeyValue | N
         kv = await election_leader(client, f"{prefix}/jobs")
         print(kv.text if kv else "no leader")  # no leader: nobody campaigned
     """
-    return await client.election_leader(name)
+    return await check_client(client).election_leader(name)
 
 
 async def election_observe(client: EtcdClient, name: bytes | str) -> AsyncIterator[KeyValue]:
@@ -111,7 +112,7 @@ async def election_observe(client: EtcdClient, name: bytes | str) -> AsyncIterat
                     print(kv.key, kv.text)  # the current leader first: ... node-1
                     break
     """
-    async for kv in client.election_observe(name):
+    async for kv in check_client(client).election_observe(name):
         yield kv
 
 
@@ -128,4 +129,4 @@ async def election_resign(client: EtcdClient, leader: ElectionLeaderKey) -> None
             await election_resign(client, leader)
             assert await election_leader(client, f"{prefix}/jobs") is None
     """
-    await client.election_resign(leader)
+    await check_client(client).election_resign(leader)

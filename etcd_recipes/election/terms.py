@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Union
 
 from .._core.hold import Hold
 from .._core.txn import Compare, Op
+from .._core.validate import check_client, check_path
 from ..types import RangeResult, SortOrder, SortTarget
 from ._keys import leader_key, leader_name, participants_prefix
 
@@ -163,6 +164,7 @@ async def get_participants(client: EtcdClient, path: str) -> list[Participant]:
             names = [p.client_id for p in await get_participants(client, f"{prefix}/election")]
             assert names == ["node-1"]
     """
+    client, path = check_client(client), check_path(path)
     result = await client.txn(
         [],
         [

@@ -63,7 +63,7 @@ class DistributedMutex(_Queued, Recipe):
         client_id: str | None = None,
     ) -> None:
         Recipe.__init__(self, client, path, client_id=client_id)
-        self.lease_ttl = check_ttl(lease_ttl)
+        self.lease_ttl = check_ttl(lease_ttl, what="lease_ttl")
         """The acquisition lease's TTL in whole seconds."""
         self._conflicts = path + "/"
         session = _Session(client, self.lease_ttl, self.path, self._on_lease_event)

@@ -136,7 +136,7 @@ class DistributedReadWriteLock(Recipe):
         client_id: str | None = None,
     ) -> None:
         super().__init__(client, path, client_id=client_id)
-        self.lease_ttl = check_ttl(lease_ttl)
+        self.lease_ttl = check_ttl(lease_ttl, what="lease_ttl")
         """The acquisition lease's TTL in whole seconds."""
         self._session = _Session(client, self.lease_ttl, self.path, self._on_lease_event)
         self.read_lock: ReadWriteLockView = ReadWriteLockView(self, "read")

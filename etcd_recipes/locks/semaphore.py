@@ -151,7 +151,7 @@ class DistributedSemaphore(Recipe):
             raise InvalidArgumentError(f"permits must be an int >= 1, not {permits!r}")
         self.permits = permits
         """The number of permits (the canonical count on the path must match)."""
-        self.lease_ttl = check_ttl(lease_ttl)
+        self.lease_ttl = check_ttl(lease_ttl, what="lease_ttl")
         """The acquisition lease's TTL in whole seconds."""
         self._permits_key = append_to_path(path, "permits")
         self._holders = append_to_path(path, "holders") + "/"

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .._core.validate import check_client
+
 if TYPE_CHECKING:
     from ..client import EtcdClient
 
@@ -37,7 +39,7 @@ async def server_lock(
             finally:
                 await server_unlock(client, key)
     """
-    return await client.lock(name, lease_id, timeout=timeout)
+    return await check_client(client).lock(name, lease_id, timeout=timeout)
 
 
 async def server_unlock(client: EtcdClient, key: str | bytes) -> None:
@@ -53,4 +55,4 @@ async def server_unlock(client: EtcdClient, key: str | bytes) -> None:
             await server_unlock(client, key)
             await server_unlock(client, key)  # idempotent
     """
-    await client.unlock(key)
+    await check_client(client).unlock(key)

@@ -32,14 +32,13 @@ import anyio
 from .._core.keys import append_to_path
 from .._core.recipe import Recipe
 from .._core.txn import AnyOp, Cmp, Compare, GetOp, Op
-from .._core.validate import check_timeout
+from .._core.validate import check_timeout, check_values
 from .._core.waiting import abort_guard, wait_for_put_under
 from ..codecs import Codec, ValueT, as_codec, to_bytes
 from ..errors import (
     CodecError,
     EtcdConnectionError,
     EtcdTimeoutError,
-    InvalidArgumentError,
     RetriesExhaustedError,
     TooManyOperationsError,
 )
@@ -99,11 +98,7 @@ def decode_at(codec: Codec[Any] | None, kv: KeyValue, context: str, fate: str) -
 
 
 def check_batch(values: Iterable[object]) -> list[object]:
-    if isinstance(values, (str, bytes, bytearray, memoryview)):
-        raise InvalidArgumentError(
-            "enqueue_all() takes an iterable of values, not a single str/bytes value"
-        )
-    return list(values)
+    return check_values(values)  # validate.py's rule (kept here: the queues' one import)
 
 
 def retrieve(task: asyncio.Future[Any]) -> None:

@@ -192,10 +192,10 @@ class DistributedPriorityQueue(TakeQueue[ValueT], Generic[ValueT]):
                 pass                                 # out of 0..65535: nothing written
             assert await queue.size() == 1
         """
-        self._check_open()
         prio = check_int_range(
             priority, what="priority", minimum=0, maximum=MAX_PRIORITY, error=InvalidPriorityError
         )
+        self._check_open()
         data = self._encode(value)
         bucket = append_to_path(self.path, pad(prio, 5))
         children = bucket + "/"

@@ -22,10 +22,11 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
+from ..errors import InvalidArgumentTypeError
 from ._calls import running_loop_here
 from ._runtime import Runtime
 
-__all__ = ["SyncContextManager", "SyncIterator", "SyncTwin", "twin_class_for"]
+__all__ = ["SyncContextManager", "SyncIterator", "SyncTwin", "check_twin", "twin_class_for"]
 
 T = TypeVar("T")
 
@@ -39,6 +40,20 @@ def twin_class_for(async_type: type) -> type[SyncTwin]:
         if twin is not None:
             return twin
     raise TypeError(f"etcd_recipes.sync has no blocking twin for {async_type.__qualname__}")
+
+
+def check_twin(value: object, what: str) -> None:
+    """The first line of every generated constructor and function taking a facade object
+    (a client): anything else is refused with the typed argument error naming ``what``, not
+    an ``AttributeError`` from inside (validate.py's rule for the async API's ``client``)."""
+    if not isinstance(value, SyncTwin):
+        hint = ""
+        if type(value).__module__.startswith("etcd_recipes"):
+            hint = " (an async object: use it with the async recipes of etcd_recipes)"
+        raise InvalidArgumentTypeError(
+            f"{what} must be an EtcdClient from etcd_recipes.sync.connect(), "
+            f"not {type(value).__name__}{hint}"
+        )
 
 
 class SyncTwin:

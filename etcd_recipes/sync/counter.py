@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from etcd_recipes import counter as _async
 from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._twin import check_twin
 
 if TYPE_CHECKING:
     from etcd_recipes.sync.client import EtcdClient
@@ -34,6 +35,7 @@ class DistributedAtomicLong(Recipe, twin_of=_async.DistributedAtomicLong):
     def __init__(
         self, client: EtcdClient, path: str, *, default: int = 0, client_id: str | None = None
     ) -> None:
+        check_twin(client, "client")
         value = client._rt.call_sync(
             _async.DistributedAtomicLong, client._a, path, default=default, client_id=client_id
         )
@@ -78,6 +80,7 @@ class DistributedAtomicLong(Recipe, twin_of=_async.DistributedAtomicLong):
             assert DistributedAtomicLong.delete(client, f"{prefix}/visits") is True
             assert DistributedAtomicLong.delete(client, f"{prefix}/visits") is False
         """
+        check_twin(client, "client")
         return client._rt.call(_async.DistributedAtomicLong.delete, client._a, path)
 
     @property

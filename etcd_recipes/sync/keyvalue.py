@@ -12,6 +12,7 @@ from etcd_recipes.codecs import Codec
 from etcd_recipes.events import LeaseEvent
 from etcd_recipes.keyvalue import DEFAULT_TTL
 from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._twin import check_twin
 
 if TYPE_CHECKING:
     from etcd_recipes.sync._core.streams import EventStream
@@ -52,6 +53,7 @@ class TransientKeyValue(Recipe, Generic[T], twin_of=_async.TransientKeyValue):
         lease_ttl: float = DEFAULT_TTL,
         client_id: str | None = None,
     ) -> None:
+        check_twin(client, "client")
         value_ = client._rt.call_sync(
             _async.TransientKeyValue,
             client._a,

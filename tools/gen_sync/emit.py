@@ -271,6 +271,7 @@ class Writer:
         is_async = isinstance(fn, ast.AsyncFunctionDef) and not ix.is_async_generator(fn)
         if runtime is not None:
             func = f"{runtime}._rt.{'call' if is_async else 'call_sync'}"
+            lines.append(f"{IND * (lv + 1)}{self.need(TWIN, 'check_twin')}({runtime}, {runtime!r})")
             return lines + self.forward(result, func, [target, *args], runtime, lv + 1, x)
         if result.kind != "twin" or result.optional:
             raise GenError(
@@ -320,6 +321,7 @@ class Writer:
         lines = self.overload_stubs(overloads, "__init__", ctx, False)
         lines += self.head("__init__", params, "None", fn, ctx, 1)
         x = suffix(params)
+        lines.append(f"{IND * 2}{self.need(TWIN, 'check_twin')}({runtime}, {runtime!r})")
         lines += call(f"{runtime}._rt.call_sync", [f"_async.{plan.name}", *args], 2, f"value{x} = ")
         return [*lines, f"{IND * 2}self._bind({runtime}._rt, value{x}, {runtime}._owner())"]
 

@@ -11,7 +11,7 @@ from etcd_recipes._core import lease as _async
 from etcd_recipes._core.streams import DEFAULT_STREAM_BUFFER
 from etcd_recipes.events import LeaseEvent
 from etcd_recipes.resilience import LeaseResilience
-from etcd_recipes.sync._twin import SyncTwin
+from etcd_recipes.sync._twin import SyncTwin, check_twin
 
 if TYPE_CHECKING:
     from etcd_recipes.sync._core.streams import EventStream
@@ -34,6 +34,7 @@ class AcquisitionLease(SyncTwin, twin_of=_async.AcquisitionLease):
     _a: _async.AcquisitionLease
 
     def __init__(self, client: EtcdClient, ttl: float) -> None:
+        check_twin(client, "client")
         value = client._rt.call_sync(_async.AcquisitionLease, client._a, ttl)
         self._bind(client._rt, value, client._owner())
 
@@ -157,6 +158,7 @@ class SelfHealingLease(SyncTwin, twin_of=_async.SelfHealingLease):
         *,
         resilience: LeaseResilience | None = None,
     ) -> None:
+        check_twin(client, "client")
         value = client._rt.call_sync(
             _async.SelfHealingLease,
             client._a,

@@ -10,7 +10,7 @@ from etcd_recipes._core import recipe as _async
 from etcd_recipes._core.recipe import BackgroundException, ExceptionListener, StateListener
 from etcd_recipes._core.streams import DEFAULT_STREAM_BUFFER
 from etcd_recipes.events import ConnectionState
-from etcd_recipes.sync._twin import SyncTwin
+from etcd_recipes.sync._twin import SyncTwin, check_twin
 
 if TYPE_CHECKING:
     from etcd_recipes.sync._core.streams import EventStream
@@ -37,6 +37,7 @@ class Recipe(SyncTwin, twin_of=_async.Recipe):
     _a: _async.Recipe
 
     def __init__(self, client: EtcdClient, path: str, *, client_id: str | None = None) -> None:
+        check_twin(client, "client")
         value = client._rt.call_sync(_async.Recipe, client._a, path, client_id=client_id)
         self._bind(client._rt, value, client._owner())
 

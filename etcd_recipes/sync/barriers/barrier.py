@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from etcd_recipes.barriers import barrier as _async
 from etcd_recipes.barriers.barrier import DEFAULT_TTL
 from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._twin import check_twin
 
 if TYPE_CHECKING:
     from etcd_recipes.sync.client import EtcdClient
@@ -46,6 +47,7 @@ class DistributedBarrier(Recipe, twin_of=_async.DistributedBarrier):
         lease_ttl: float = DEFAULT_TTL,
         client_id: str | None = None,
     ) -> None:
+        check_twin(client, "client")
         value = client._rt.call_sync(
             _async.DistributedBarrier,
             client._a,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from etcd_recipes.barriers import counted as _async
 from etcd_recipes.barriers.barrier import DEFAULT_TTL
 from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._twin import check_twin
 
 if TYPE_CHECKING:
     from etcd_recipes.sync.client import EtcdClient
@@ -44,6 +45,7 @@ class DistributedBarrierWithCount(Recipe, twin_of=_async.DistributedBarrierWithC
         lease_ttl: float = DEFAULT_TTL,
         client_id: str | None = None,
     ) -> None:
+        check_twin(client, "client")
         value = client._rt.call_sync(
             _async.DistributedBarrierWithCount,
             client._a,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from etcd_recipes.barriers import double as _async
 from etcd_recipes.barriers.barrier import DEFAULT_TTL
 from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._twin import check_twin
 
 if TYPE_CHECKING:
     from etcd_recipes.sync.client import EtcdClient
@@ -45,6 +46,7 @@ class DistributedDoubleBarrier(Recipe, twin_of=_async.DistributedDoubleBarrier):
         lease_ttl: float = DEFAULT_TTL,
         client_id: str | None = None,
     ) -> None:
+        check_twin(client, "client")
         value = client._rt.call_sync(
             _async.DistributedDoubleBarrier,
             client._a,

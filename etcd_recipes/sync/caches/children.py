@@ -13,6 +13,7 @@ from etcd_recipes.caches import children as _async
 from etcd_recipes.caches.children import ChildData, PathChildrenCacheEvent, StartMode
 from etcd_recipes.codecs import Codec
 from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._twin import check_twin
 
 if TYPE_CHECKING:
     from etcd_recipes.sync._core.streams import EventStream
@@ -55,6 +56,7 @@ class PathChildrenCache(Recipe, Generic[ValueT], twin_of=_async.PathChildrenCach
         start_timeout: float = 30.0,
         client_id: str | None = None,
     ) -> None:
+        check_twin(client, "client")
         value = client._rt.call_sync(
             _async.PathChildrenCache,
             client._a,

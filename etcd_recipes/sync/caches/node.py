@@ -14,6 +14,7 @@ from etcd_recipes.caches.events import CacheEntry
 from etcd_recipes.caches.node import NodeCacheEvent
 from etcd_recipes.codecs import Codec
 from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._twin import check_twin
 
 if TYPE_CHECKING:
     from etcd_recipes.sync._core.streams import EventStream
@@ -53,6 +54,7 @@ class NodeCache(Recipe, Generic[ValueT], twin_of=_async.NodeCache):
         start_timeout: float = 30.0,
         client_id: str | None = None,
     ) -> None:
+        check_twin(client, "client")
         value = client._rt.call_sync(
             _async.NodeCache,
             client._a,

@@ -14,6 +14,7 @@ from etcd_recipes.caches.events import CacheBatch, CacheEntry, IndexFn, KeyFilte
 from etcd_recipes.codecs import Codec
 from etcd_recipes.errors import CodecError
 from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._twin import check_twin
 
 if TYPE_CHECKING:
     from etcd_recipes.sync._core.streams import EventStream
@@ -61,6 +62,7 @@ class PrefixCache(Recipe, Generic[ValueT], twin_of=_async.PrefixCache):
         start_timeout: float = 30.0,
         client_id: str | None = None,
     ) -> None:
+        check_twin(client, "client")
         value = client._rt.call_sync(
             _async.PrefixCache,
             client._a,

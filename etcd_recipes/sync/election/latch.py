@@ -11,6 +11,7 @@ from etcd_recipes._core.txn import AnyOp, Compare
 from etcd_recipes.election import latch as _async
 from etcd_recipes.election.terms import DEFAULT_TTL, LeadershipTerm, Participant
 from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._twin import check_twin
 from etcd_recipes.types import TxnResult
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ class LeaderLatch(Recipe, twin_of=_async.LeaderLatch):
         lease_ttl: float = DEFAULT_TTL,
         client_id: str | None = None,
     ) -> None:
+        check_twin(client, "client")
         value = client._rt.call_sync(
             _async.LeaderLatch, client._a, path, lease_ttl=lease_ttl, client_id=client_id
         )

@@ -10,7 +10,7 @@ from etcd_recipes._core.streams import DEFAULT_STREAM_BUFFER
 from etcd_recipes.election import observer as _async
 from etcd_recipes.election.terms import LeadershipEvent
 from etcd_recipes.sync._core.recipe import Recipe
-from etcd_recipes.sync._twin import SyncIterator
+from etcd_recipes.sync._twin import SyncIterator, check_twin
 
 if TYPE_CHECKING:
     from etcd_recipes.sync._core.streams import EventStream
@@ -43,6 +43,7 @@ class LeaderObserver(Recipe, twin_of=_async.LeaderObserver):
     _a: _async.LeaderObserver
 
     def __init__(self, client: EtcdClient, path: str) -> None:
+        check_twin(client, "client")
         value = client._rt.call_sync(_async.LeaderObserver, client._a, path)
         self._bind(client._rt, value, client._owner())
 
@@ -107,6 +108,7 @@ def leadership_events(client: EtcdClient, path: str) -> Iterator[LeadershipEvent
                     if isinstance(event, Elected):
                         break
     """
+    check_twin(client, "client")
     value = client._rt.call_sync(_async.leadership_events, client._a, path)
     result: Iterator[LeadershipEvent] = SyncIterator(client._rt, value)
     return result

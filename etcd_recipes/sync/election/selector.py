@@ -11,6 +11,7 @@ from etcd_recipes._core.txn import AnyOp, Compare
 from etcd_recipes.election import selector as _async
 from etcd_recipes.election.terms import DEFAULT_TTL, LeadershipTerm, Participant
 from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._twin import check_twin
 from etcd_recipes.types import TxnResult
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ class LeaderSelector(Recipe, twin_of=_async.LeaderSelector):
         client_id: str | None = None,
         cancel_on_loss: bool = True,
     ) -> None:
+        check_twin(client, "client")
         value = client._rt.call_sync(
             _async.LeaderSelector,
             client._a,

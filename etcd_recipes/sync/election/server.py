@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from etcd_recipes.election import server as _async
-from etcd_recipes.sync._twin import SyncIterator
+from etcd_recipes.sync._twin import SyncIterator, check_twin
 from etcd_recipes.types import ElectionLeaderKey, KeyValue
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ def election_campaign(
             assert kv is not None and kv.text == "node-1"
             election_resign(client, leader)
     """
+    check_twin(client, "client")
     return client._rt.call(
         _async.election_campaign, client._a, name, value, lease=lease, timeout=timeout
     )
@@ -68,6 +69,7 @@ def election_proclaim(client: EtcdClient, leader: ElectionLeaderKey, value: byte
             kv = election_leader(client, f"{prefix}/jobs")
             assert kv is not None and kv.text == "node-1 (draining)"
     """
+    check_twin(client, "client")
     client._rt.call(_async.election_proclaim, client._a, leader, value)
 
 
@@ -81,6 +83,7 @@ def election_leader(client: EtcdClient, name: bytes | str) -> KeyValue | None:
         kv = election_leader(client, f"{prefix}/jobs")
         print(kv.text if kv else "no leader")  # no leader: nobody campaigned
     """
+    check_twin(client, "client")
     return client._rt.call(_async.election_leader, client._a, name)
 
 
@@ -102,6 +105,7 @@ def election_observe(client: EtcdClient, name: bytes | str) -> Iterator[KeyValue
                     print(kv.key, kv.text)  # the current leader first: ... node-1
                     break
     """
+    check_twin(client, "client")
     value = client._rt.call_sync(_async.election_observe, client._a, name)
     result: Iterator[KeyValue] = SyncIterator(client._rt, value)
     return result
@@ -120,4 +124,5 @@ def election_resign(client: EtcdClient, leader: ElectionLeaderKey) -> None:
             election_resign(client, leader)
             assert election_leader(client, f"{prefix}/jobs") is None
     """
+    check_twin(client, "client")
     client._rt.call(_async.election_resign, client._a, leader)

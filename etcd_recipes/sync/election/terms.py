@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from etcd_recipes.election import terms as _async
 from etcd_recipes.election.terms import Participant
+from etcd_recipes.sync._twin import check_twin
 
 if TYPE_CHECKING:
     from etcd_recipes.sync.client import EtcdClient
@@ -26,4 +27,5 @@ def get_participants(client: EtcdClient, path: str) -> list[Participant]:
             names = [p.client_id for p in get_participants(client, f"{prefix}/election")]
             assert names == ["node-1"]
     """
+    check_twin(client, "client")
     return client._rt.call(_async.get_participants, client._a, path)

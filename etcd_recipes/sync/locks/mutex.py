@@ -13,7 +13,7 @@ from etcd_recipes._core.txn import AnyOp, Compare
 from etcd_recipes.locks import mutex as _async
 from etcd_recipes.locks.hold import DEFAULT_TTL, LockLostListener, LockParticipant
 from etcd_recipes.sync._core.recipe import Recipe
-from etcd_recipes.sync._twin import SyncContextManager
+from etcd_recipes.sync._twin import SyncContextManager, check_twin
 from etcd_recipes.types import TxnResult
 
 if TYPE_CHECKING:
@@ -59,6 +59,7 @@ class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
         lease_ttl: float = DEFAULT_TTL,
         client_id: str | None = None,
     ) -> None:
+        check_twin(client, "client")
         value = client._rt.call_sync(
             _async.DistributedMutex, client._a, path, lease_ttl=lease_ttl, client_id=client_id
         )

@@ -13,7 +13,7 @@ from etcd_recipes._core.txn import AnyOp, Compare
 from etcd_recipes.locks import rwlock as _async
 from etcd_recipes.locks.hold import DEFAULT_TTL, LockLostListener, LockParticipant
 from etcd_recipes.sync._core.recipe import Recipe
-from etcd_recipes.sync._twin import SyncContextManager, SyncTwin
+from etcd_recipes.sync._twin import SyncContextManager, SyncTwin, check_twin
 from etcd_recipes.types import TxnResult
 
 if TYPE_CHECKING:
@@ -44,6 +44,7 @@ class ReadWriteLockView(SyncTwin, twin_of=_async.ReadWriteLockView):
     _a: _async.ReadWriteLockView
 
     def __init__(self, lock: DistributedReadWriteLock, mode: str) -> None:
+        check_twin(lock, "lock")
         value = lock._rt.call_sync(_async.ReadWriteLockView, lock._a, mode)
         self._bind(lock._rt, value, lock._owner())
 
@@ -278,6 +279,7 @@ class DistributedReadWriteLock(Recipe, twin_of=_async.DistributedReadWriteLock):
         lease_ttl: float = DEFAULT_TTL,
         client_id: str | None = None,
     ) -> None:
+        check_twin(client, "client")
         value = client._rt.call_sync(
             _async.DistributedReadWriteLock,
             client._a,

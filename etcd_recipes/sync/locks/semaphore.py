@@ -12,7 +12,7 @@ from etcd_recipes.locks import semaphore as _async
 from etcd_recipes.locks.hold import DEFAULT_TTL, LockParticipant
 from etcd_recipes.locks.semaphore import PermitLostListener
 from etcd_recipes.sync._core.recipe import Recipe
-from etcd_recipes.sync._twin import SyncContextManager
+from etcd_recipes.sync._twin import SyncContextManager, check_twin
 
 if TYPE_CHECKING:
     from etcd_recipes.sync._core.streams import EventStream
@@ -56,6 +56,7 @@ class DistributedSemaphore(Recipe, twin_of=_async.DistributedSemaphore):
         lease_ttl: float = DEFAULT_TTL,
         client_id: str | None = None,
     ) -> None:
+        check_twin(client, "client")
         value = client._rt.call_sync(
             _async.DistributedSemaphore,
             client._a,

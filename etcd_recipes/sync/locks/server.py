@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from etcd_recipes.locks import server as _async
+from etcd_recipes.sync._twin import check_twin
 
 if TYPE_CHECKING:
     from etcd_recipes.sync.client import EtcdClient
@@ -37,6 +38,7 @@ def server_lock(
             finally:
                 server_unlock(client, key)
     """
+    check_twin(client, "client")
     return client._rt.call(_async.server_lock, client._a, name, lease_id, timeout=timeout)
 
 
@@ -53,4 +55,5 @@ def server_unlock(client: EtcdClient, key: str | bytes) -> None:
             server_unlock(client, key)
             server_unlock(client, key)  # idempotent
     """
+    check_twin(client, "client")
     client._rt.call(_async.server_unlock, client._a, key)

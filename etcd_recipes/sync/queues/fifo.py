@@ -11,6 +11,7 @@ from typing_extensions import TypeVar
 from etcd_recipes.codecs import Codec
 from etcd_recipes.queues import fifo as _async
 from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._twin import check_twin
 
 if TYPE_CHECKING:
     from etcd_recipes.sync.client import EtcdClient
@@ -50,6 +51,7 @@ class DistributedQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedQueue)
         codec: Codec[ValueT] | None = None,
         client_id: str | None = None,
     ) -> None:
+        check_twin(client, "client")
         value = client._rt.call_sync(
             _async.DistributedQueue, client._a, path, codec=codec, client_id=client_id
         )

@@ -15,6 +15,7 @@ from etcd_recipes.queues import work as _async
 from etcd_recipes.queues.config import WorkQueueConfig
 from etcd_recipes.queues.dead_letters import DeadLetter
 from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._twin import check_twin
 
 if TYPE_CHECKING:
     from etcd_recipes.sync._core.streams import EventStream
@@ -57,6 +58,7 @@ class DistributedWorkQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedWo
         codec: Codec[ValueT] | None = None,
         client_id: str | None = None,
     ) -> None:
+        check_twin(client, "client")
         value = client._rt.call_sync(
             _async.DistributedWorkQueue, client._a, path, config, codec=codec, client_id=client_id
         )
