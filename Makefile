@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # Tests are I/O-bound on real etcd servers: run them in parallel workers.
 PYTEST_WORKERS ?= 3
 
-.PHONY: demo test check lint typecheck docs sync gen-sync bench clean
+.PHONY: demo test check lint typecheck docs sync gen-sync api-docs api-docs-check bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,7 +23,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q -p no:cacheprovider $(PYTEST_ARGS)
 
 ## Lint, types, the generated sync facade's freshness, and the docs build.
-check: lint typecheck gen-sync-check docs
+check: lint typecheck gen-sync-check api-docs-check docs
 
 lint: $(STAMP)
 	$(BIN)/ruff check etcd_recipes tests tools benchmarks demo
@@ -37,6 +37,13 @@ gen-sync: $(STAMP)
 
 gen-sync-check: $(STAMP)
 	$(BIN)/python -m tools.gen_sync --check
+
+## docs/api/ is generated from the export list (one page per family).
+api-docs: $(STAMP)
+	$(BIN)/python -m tools.api_docs
+
+api-docs-check: $(STAMP)
+	$(BIN)/python -m tools.api_docs --check
 
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict --quiet --site-dir build/site

@@ -2,8 +2,9 @@
 """Blocking facade of etcd-recipes: the same names, with blocking methods.
 
 Use it from threaded or plain scripts, CLIs, Django/Flask views and notebooks that have no
-event loop. Inside asyncio (or anyio/trio) code use the async API of :mod:`etcd_recipes`
-instead: calling this facade from a running event loop raises
+event loop. Inside asyncio code (or anyio code running on asyncio; the async API does not
+support trio) use the async API of :mod:`etcd_recipes` instead: calling this facade from a
+running event loop raises
 :class:`~etcd_recipes.errors.UsageError` because it would block the loop.
 
 Example::

@@ -1,4 +1,4 @@
-"""Every ```python block of the documentation is a complete program, and runs here.
+"""Every ```python block of the documentation (and of the README) is a complete program, and runs here.
 
 Each block is written to ``example.py`` in a temporary directory and run with
 ``sys.executable`` in a subprocess, with ``ETCD_ENDPOINTS`` pointing at a private, freshly
@@ -35,7 +35,10 @@ from pathlib import Path
 
 import pytest
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+# The README's example is the first code a new user runs: it is checked like the pages.
+README = ROOT / "README.md"
 TIMEOUT = 60.0
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`]*)$")
@@ -99,8 +102,8 @@ def _expected_after(lines: list[str], start: int, blocks_by_line: dict[int, str]
 
 def collect() -> list[Example]:
     examples: list[Example] = []
-    for path in sorted(DOCS.rglob("*.md")):
-        page = path.relative_to(DOCS).as_posix()
+    for path in [*sorted(DOCS.rglob("*.md")), README]:
+        page = "../README.md" if path == README else path.relative_to(DOCS).as_posix()
         text = path.read_text(encoding="utf-8")
         lines = text.splitlines()
         blocks = _blocks(text)
@@ -142,7 +145,7 @@ def _normalise(text: str) -> str:
 def test_the_docs_have_examples() -> None:
     pages = {ex.page for ex in EXAMPLES}
     assert len(EXAMPLES) >= 30, [ex.id for ex in EXAMPLES]
-    for page in ("index.md", "getting-started.md", "connecting.md", "basics/kv.md"):
+    for page in ("index.md", "getting-started.md", "connecting.md", "basics/kv.md", "../README.md"):
         assert page in pages
     for page, snippet in KNOWN_BUGS:
         matches = [ex.id for ex in EXAMPLES if ex.page == page and snippet in ex.code]
@@ -157,6 +160,8 @@ def test_example_runs(example: Example, fresh_etcd_server, tmp_path: Path) -> No
     env["ETCD_ENDPOINTS"] = fresh_etcd_server.endpoint
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("ETCD_RECIPES_TEST_ENDPOINTS", None)
+    for name in [n for n in env if n.startswith("ETCDCTL_")]:  # they would win over ours
+        del env[name]
     where = f"docs/{example.page}, block starting at line {example.line}"
     try:
         proc = subprocess.run(
