@@ -7,4 +7,6 @@ public API.
 
 * :mod:`etcd_recipes.contrib.asgi` (extra ``asgi``): a lifespan, leader-only jobs, per-tick
   schedules and a mutex dependency for Starlette, FastAPI and Litestar apps.
+* :mod:`etcd_recipes.contrib.celery` (extra ``celery``): singleton tasks on a leased lock and
+  a beat scheduler of which only the elected instance sends.
 """
