@@ -60,6 +60,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
+try:
+    from starlette.exceptions import HTTPException
+    from starlette.requests import Request
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "etcd_recipes.contrib.asgi needs Starlette: pip install 'etcd-recipes[asgi]'"
+    ) from exc
+
 from .. import Cmp, DistributedMutex, EtcdClient, LeaderSelector, LeadershipTerm, LockHold, Op
 from .. import connect as _connect
 from ..errors import InvalidArgumentError, LeadershipLostError
@@ -339,9 +347,9 @@ def mutex_dependency(
         report_lock = mutex_dependency(f"{prefix}/locks/report", timeout=2)
         print(callable(report_lock))  # True
     """
-    from starlette.exceptions import HTTPException
-    from starlette.requests import Request
 
+    # Request and HTTPException are module globals: FastAPI resolves the (string) annotation
+    # of ``request`` there.
     async def dependency(request: Request) -> AsyncIterator[LockHold]:
         client: EtcdClient = getattr(request.state, state_key)
         mutex = DistributedMutex(client, path, lease_ttl=lease_ttl)

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 
 from etcd_recipes import EtcdClient, connect, get_participants
 from etcd_recipes.testing._process import free_ports
+from tests.contrib.snippets import snippet
 from tests.helpers import eventually
 
 pytest.importorskip("uvicorn")
@@ -26,46 +26,7 @@ pytest.importorskip("starlette")
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("uvicorn")]
 
-APP = textwrap.dedent(
-    """
-    import asyncio
-    import os
-
-    from starlette.applications import Starlette
-    from starlette.responses import PlainTextResponse
-    from starlette.routing import Route
-
-    from etcd_recipes import Op
-    from etcd_recipes.contrib.asgi import etcd_lifespan, leader_only, singleton_schedule
-
-    PREFIX = os.environ["APP_PREFIX"]
-
-
-    async def writer(client, term):
-        key = f"{PREFIX}log/{term.fencing_token:012d}"
-        while True:  # fenced: commits only while this term is current
-            await client.txn([term.compare()], [Op.put(key, str(os.getpid()))])
-            await asyncio.sleep(0.01)
-
-
-    async def tick(client, slot):
-        await client.put(f"{PREFIX}runs/{slot}/{os.getpid()}", b"")
-
-
-    async def whoami(request):
-        return PlainTextResponse(str(os.getpid()))
-
-
-    app = Starlette(
-        routes=[Route("/", whoami)],
-        lifespan=etcd_lifespan(
-            leader_only(writer, election=f"{PREFIX}el"),
-            singleton_schedule(tick, every=0.1, path=f"{PREFIX}sched"),
-            endpoints=os.environ["ETCD_ENDPOINTS"],
-        ),
-    )
-    """
-)
+APP = snippet("integrations.md", "app.py")
 
 
 def _start(tmp_path: Path, endpoint: str, prefix: str) -> subprocess.Popen[bytes]:

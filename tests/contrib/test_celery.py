@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import pytest
 
 from etcd_recipes import EtcdClient, connect
 from etcd_recipes.testing._process import free_ports
+from tests.contrib.snippets import snippet
 from tests.helpers import eventually
 
 pytest.importorskip("celery")
@@ -31,47 +31,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("celery")]
 INTERVAL = 1.0
 TTL = 2
 
-TASKS = textwrap.dedent(
-    """
-    import os
-    import time
-
-    from celery import Celery
-
-    from etcd_recipes.sync import Op
-    from etcd_recipes.contrib.celery import SingletonTask, worker_client
-
-    PREFIX = os.environ["APP_PREFIX"]
-    BROKER = os.environ["APP_BROKER"]
-
-    app = Celery("tasks", broker=BROKER)
-    app.conf.etcd_endpoints = os.environ["ETCD_ENDPOINTS"]
-    app.conf.etcd_singleton_prefix = PREFIX + "singleton"
-    app.conf.etcd_beat_path = PREFIX + "beat"
-    app.conf.etcd_beat_lease_ttl = 2
-    app.conf.beat_max_loop_interval = 0.2
-    app.conf.beat_schedule = {
-        "probe": {"task": "tasks.probe", "schedule": 1.0},
-        "work": {"task": "tasks.work", "schedule": 1.0},
-    }
-
-
-    @app.task
-    def probe():
-        worker_client(app).put(f"{PREFIX}probe/{time.time():.3f}", str(os.getpid()))
-
-
-    @app.task(base=SingletonTask, bind=True, singleton_retry_delay=0.2)
-    def work(self, tag="beat"):
-        client = worker_client(app)
-        key = f"{PREFIX}work/{self.request.fencing_token:012d}"
-        for _ in range(6):  # fenced: commits only while this run holds the lock
-            client.txn([self.request.fencing_compare], [Op.put(key, f"{os.getpid()}:{tag}")])
-            time.sleep(0.1)
-        if tag != "beat":
-            client.put(f"{PREFIX}done/{tag}", str(self.request.fencing_token))
-    """
-)
+TASKS = snippet("integrations.md", "tasks.py")
 
 
 def _spawn(tmp_path: Path, env: dict[str, str], *args: str, log: str) -> subprocess.Popen[bytes]:
