@@ -1,0 +1,5 @@
+"""``python -m etcd_recipes.cli``."""
+
+from . import main
+
+main()

@@ -1,0 +1,521 @@
+"""The operator's commands: status, locks, elections, counters, barriers, dead letters, watch.
+
+Each reads through the recipes' own public API (their key layouts live there, once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from typing import Any
+
+import typer
+
+from .. import (
+    INT64,
+    DistributedBarrier,
+    DistributedMutex,
+    DistributedWorkQueue,
+    Elected,
+    EtcdClient,
+    LeaderObserver,
+    get_participants,
+)
+from ..errors import CodecError, LockLostError, LockTimeoutError
+from ._app import CommandError, Exit, app, confirm, emit, run
+
+lock_app = typer.Typer(help="Mutexes (also etcdctl lock and Go's concurrency.Mutex).")
+election_app = typer.Typer(help="Leader elections.")
+counter_app = typer.Typer(help="Atomic counters (DistributedAtomicLong).")
+barrier_app = typer.Typer(help="Gate barriers (DistributedBarrier).")
+dlq_app = typer.Typer(help="A work queue's dead letters.")
+app.add_typer(lock_app, name="lock")
+app.add_typer(election_app, name="election")
+app.add_typer(counter_app, name="counter")
+app.add_typer(barrier_app, name="barrier")
+app.add_typer(dlq_app, name="dlq")
+
+
+def _path(path: str) -> str:
+    if not path.startswith("/"):
+        raise typer.BadParameter(f"a recipe path starts with '/', got {path!r}")
+    return path.rstrip("/") or "/"
+
+
+@app.command()
+def status(ctx: typer.Context) -> None:
+    """Endpoints, members and their roles, revision and database size."""
+
+    async def work(client: EtcdClient) -> None:
+        st = await client.status()
+        members = await client.member_list()
+        members_out = [
+            {
+                "id": f"{m.id:x}",
+                "name": m.name,
+                "role": _role(m.id == st.leader, m.is_learner),
+                "client_urls": m.client_urls,
+            }
+            for m in members
+        ]
+        data = {
+            "endpoints": client.endpoints,
+            "version": st.version,
+            "revision": st.revision,
+            "db_size": st.db_size,
+            "leader": f"{st.leader:x}",
+            "raft_term": st.raft_term,
+            "errors": st.errors,
+            "members": members_out,
+        }
+        emit(
+            ctx,
+            "status",
+            data,
+            lines=[
+                f"etcd {st.version} at {client.endpoints}: revision {st.revision}, "
+                f"db {st.db_size} bytes, raft term {st.raft_term}",
+                *(f"error: {e}" for e in st.errors),
+            ],
+            columns=("member", "name", "role", "client urls"),
+            rows=[
+                (
+                    f"{m.id:x}",
+                    m.name,
+                    _role(m.id == st.leader, m.is_learner),
+                    ",".join(m.client_urls),
+                )
+                for m in members
+            ],
+        )
+
+    run(ctx, work)
+
+
+def _role(leader: bool, learner: bool) -> str:
+    return "leader" if leader else ("learner" if learner else "follower")
+
+
+# ---------------------------------------------------------------------------------- locks
+
+
+async def _contenders(client: EtcdClient, path: str) -> list[dict[str, Any]]:
+    """The lock's keys in arrival order (create revision): the first holds it."""
+    read = await client.get_prefix(path + "/")
+    kvs = sorted(read.kvs, key=lambda kv: kv.create_revision)
+    out = []
+    for i, kv in enumerate(kvs):
+        ttl = None
+        if kv.lease:
+            ttl = (await client.lease_time_to_live(kv.lease)).ttl
+        out.append(
+            {
+                "key": kv.key_text,
+                "role": "holder" if i == 0 else "waiter",
+                "fencing_token": kv.create_revision,
+                "lease": f"{kv.lease:x}" if kv.lease else None,
+                "ttl_left": ttl,
+                "value": kv.value.decode("utf-8", errors="replace"),
+            }
+        )
+    return out
+
+
+@lock_app.command("show")
+def lock_show(ctx: typer.Context, path: str) -> None:
+    """The holder and the waiters in order, with fencing token and lease TTL left."""
+    path = _path(path)
+
+    async def work(client: EtcdClient) -> None:
+        entries = await _contenders(client, path)
+        if not entries:
+            raise CommandError(f"nobody holds or waits for the lock {path}", Exit.NOT_FOUND)
+        emit(
+            ctx,
+            "lock show",
+            {"path": path, "holder": entries[0], "waiters": entries[1:]},
+            columns=("role", "key", "fencing token", "lease", "ttl left"),
+            rows=[
+                (e["role"], e["key"], e["fencing_token"], e["lease"], e["ttl_left"])
+                for e in entries
+            ],
+        )
+
+    run(ctx, work)
+
+
+@lock_app.command("ls")
+def lock_ls(ctx: typer.Context, prefix: str) -> None:
+    """The locks under PREFIX that have a holder: one row per lock."""
+    prefix = _path(prefix)
+
+    async def work(client: EtcdClient) -> None:
+        read = await client.get_prefix(prefix.rstrip("/") + "/", keys_only=True)
+        locks: dict[str, list[int]] = {}
+        for kv in read.kvs:
+            parent = kv.key_text.rsplit("/", 1)[0]
+            locks.setdefault(parent, []).append(kv.create_revision)
+        rows = [
+            {"path": p, "contenders": len(revs), "fencing_token": min(revs)}
+            for p, revs in sorted(locks.items())
+        ]
+        emit(
+            ctx,
+            "lock ls",
+            {"prefix": prefix, "locks": rows},
+            columns=("path", "contenders", "holder's token"),
+            rows=[(r["path"], r["contenders"], r["fencing_token"]) for r in rows],
+        )
+
+    run(ctx, work)
+
+
+@lock_app.command("run")
+def lock_run(
+    ctx: typer.Context,
+    path: str,
+    command: list[str] = typer.Argument(..., help="The command to run holding the lock."),
+    ttl: int = typer.Option(2, help="The lock's lease TTL, seconds."),
+    timeout: float | None = typer.Option(None, help="Give up acquiring after this many seconds."),
+    grace: float = typer.Option(5.0, help="Seconds between SIGTERM and SIGKILL on a loss."),
+) -> None:
+    """Run COMMAND holding the lock; kill it if the lock is lost (SIGTERM, then SIGKILL).
+
+    COMMAND gets ETCD_RECIPES_FENCING_TOKEN and ETCD_RECIPES_LOCK_KEY in its environment.
+    The exit code is COMMAND's (1 if the lock was lost, 4 on --timeout).
+    """
+    path = _path(path)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise typer.BadParameter("give the command to run after --")
+
+    async def work(client: EtcdClient) -> int:
+        mutex = DistributedMutex(client, path, lease_ttl=ttl)
+        try:
+            async with mutex.with_lock(timeout) as hold:
+                env = dict(os.environ)
+                env["ETCD_RECIPES_FENCING_TOKEN"] = str(hold.fencing_token)
+                env["ETCD_RECIPES_LOCK_KEY"] = hold.key.decode("utf-8", "replace")
+                try:
+                    child = await asyncio.create_subprocess_exec(*command, env=env)
+                except OSError as exc:
+                    raise CommandError(f"cannot run {command[0]!r}: {exc.strerror}") from None
+                try:
+                    return await child.wait()
+                except asyncio.CancelledError:
+                    await asyncio.shield(_terminate(child, grace))
+                    raise
+        except LockTimeoutError as exc:
+            raise CommandError(f"not acquired: {exc}", Exit.REFUSED) from None
+        except LockLostError as exc:
+            raise CommandError(f"lock lost, command stopped: {exc}") from None
+        finally:
+            await mutex.aclose()
+
+    code = run(ctx, work)
+    raise typer.Exit(code)
+
+
+async def _terminate(child: asyncio.subprocess.Process, grace: float) -> None:
+    if child.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        child.send_signal(signal.SIGTERM)
+    try:
+        await asyncio.wait_for(child.wait(), grace)
+    except asyncio.TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            child.kill()
+        await child.wait()
+
+
+@lock_app.command("break")
+def lock_break(
+    ctx: typer.Context, path: str, yes: bool = typer.Option(False, "--yes", help="Do it.")
+) -> None:
+    """Revoke the holder's lease (its key goes; the next waiter gets the lock)."""
+    path = _path(path)
+
+    async def work(client: EtcdClient) -> None:
+        entries = await _contenders(client, path)
+        if not entries:
+            raise CommandError(f"nobody holds the lock {path}", Exit.NOT_FOUND)
+        holder = entries[0]
+        confirm(yes, f"breaking {path} (holder {holder['key']})")
+        if holder["lease"]:
+            await client.lease_revoke(int(holder["lease"], 16))
+            what = f"revoked lease {holder['lease']} of holder {holder['key']}"
+        else:
+            await client.delete(holder["key"])
+            what = f"deleted holder key {holder['key']} (it had no lease)"
+        emit(ctx, "lock break", {"path": path, "holder": holder, "action": what}, lines=[what])
+
+    run(ctx, work)
+
+
+# ------------------------------------------------------------------------------- elections
+
+
+@election_app.command("show")
+def election_show(ctx: typer.Context, path: str) -> None:
+    """The leader (with its fencing token) and the candidates in the order they joined."""
+    path = _path(path)
+
+    async def work(client: EtcdClient) -> None:
+        participants = await get_participants(client, path)
+        async with LeaderObserver(client, path) as observer:
+            current = observer.current
+        leader = current.leader if isinstance(current, Elected) else None
+        token = current.fencing_token if isinstance(current, Elected) else None
+        if leader is None and not participants:
+            raise CommandError(f"no election at {path}", Exit.NOT_FOUND)
+        emit(
+            ctx,
+            "election show",
+            {
+                "path": path,
+                "leader": leader,
+                "fencing_token": token,
+                "participants": [
+                    {"client_id": p.client_id, "is_leader": p.is_leader} for p in participants
+                ],
+            },
+            lines=[
+                f"leader: {leader or '(none)'}" + (f" (fencing token {token})" if token else "")
+            ],
+            columns=("candidate", "leader"),
+            rows=[(p.client_id, "yes" if p.is_leader else "") for p in participants],
+        )
+
+    run(ctx, work)
+
+
+@election_app.command("observe")
+def election_observe(
+    ctx: typer.Context,
+    path: str,
+    count: int | None = typer.Option(None, help="Stop after this many changes."),
+) -> None:
+    """Print the leader now and every change, until Ctrl-C (or --count changes)."""
+    path = _path(path)
+
+    async def work(client: EtcdClient) -> None:
+        seen = 0
+        async with LeaderObserver(client, path) as observer:
+            async for event in observer.events():
+                if isinstance(event, Elected):
+                    data: dict[str, Any] = {
+                        "leader": event.leader,
+                        "fencing_token": event.fencing_token,
+                    }
+                    line = f"elected {event.leader} (fencing token {event.fencing_token})"
+                else:
+                    data, line = {"leader": None, "fencing_token": None}, "vacated"
+                emit(ctx, "election observe", data, lines=[line])
+                sys.stdout.flush()
+                seen += 1
+                if count is not None and seen > count:
+                    return
+
+    run(ctx, work)
+
+
+# --------------------------------------------------------------------- counters, barriers
+
+
+@counter_app.command("get")
+def counter_get(ctx: typer.Context, path: str) -> None:
+    """The counter's value (read only: a missing counter is not created)."""
+    path = _path(path)
+
+    async def work(client: EtcdClient) -> None:
+        kv = await client.get(path)
+        if kv is None:
+            raise CommandError(f"no counter at {path}", Exit.NOT_FOUND)
+        try:
+            value = INT64.decode(kv.value)
+        except CodecError as exc:
+            raise CommandError(f"{path} is not a counter: {exc}", Exit.REFUSED) from None
+        emit(ctx, "counter get", {"path": path, "value": value}, lines=[str(value)])
+
+    run(ctx, work)
+
+
+@counter_app.command("set")
+def counter_set(ctx: typer.Context, path: str, value: int) -> None:
+    """Set the counter to VALUE (int64)."""
+    path = _path(path)
+    if not INT64.MIN <= value <= INT64.MAX:
+        raise typer.BadParameter(f"{value} is outside the int64 range")
+
+    async def work(client: EtcdClient) -> None:
+        await client.put(path, INT64.encode(value))
+        emit(ctx, "counter set", {"path": path, "value": value}, lines=[str(value)])
+
+    run(ctx, work)
+
+
+@barrier_app.command("status")
+def barrier_status(ctx: typer.Context, path: str) -> None:
+    """Whether the barrier is set (waiters block) or lifted."""
+    path = _path(path)
+
+    async def work(client: EtcdClient) -> None:
+        barrier = DistributedBarrier(client, path)
+        try:
+            is_set = await barrier.is_barrier_set()
+        finally:
+            await barrier.aclose()
+        emit(
+            ctx,
+            "barrier status",
+            {"path": path, "set": is_set},
+            lines=["set" if is_set else "lifted"],
+        )
+
+    run(ctx, work)
+
+
+# ------------------------------------------------------------------------------ dead letters
+
+
+@dlq_app.command("ls")
+def dlq_ls(ctx: typer.Context, path: str) -> None:
+    """The work queue's dead letters, oldest first (metadata; values with dlq show)."""
+    path = _path(path)
+
+    async def work(client: EtcdClient) -> None:
+        queue = DistributedWorkQueue(client, path)
+        try:
+            dead = await queue.dead_letters()
+        finally:
+            await queue.aclose()
+        rows = [{"id": d.id, "attempts": d.attempts, "size": len(d.value)} for d in dead]
+        emit(
+            ctx,
+            "dlq ls",
+            {"path": path, "dead_letters": rows},
+            columns=("id", "attempts", "bytes"),
+            rows=[(r["id"], r["attempts"], r["size"]) for r in rows],
+        )
+
+    run(ctx, work)
+
+
+def _dead_ids(ids: list[str], all_: bool, present: list[str], path: str) -> list[str]:
+    if all_ == bool(ids):
+        raise CommandError("give --id ID (repeatable) or --all", Exit.USAGE)
+    wanted = present if all_ else ids
+    missing = [i for i in wanted if i not in present]
+    if missing:
+        raise CommandError(f"no dead letter {', '.join(missing)} in {path}", Exit.NOT_FOUND)
+    return wanted
+
+
+def _dlq_change(
+    ctx: typer.Context, path: str, ids: list[str], all_: bool, dry_run: bool, yes: bool, verb: str
+) -> None:
+    path = _path(path)
+
+    async def work(client: EtcdClient) -> None:
+        queue = DistributedWorkQueue(client, path)
+        try:
+            present = [d.id for d in await queue.dead_letters()]
+            wanted = _dead_ids(ids, all_, present, path)
+            if not dry_run:
+                confirm(yes, f"dlq {verb} of {len(wanted)} item(s) in {path}")
+            done = []
+            for item_id in wanted:
+                if dry_run:
+                    done.append(item_id)
+                elif verb == "requeue":
+                    if await queue.requeue_dead_letter(item_id):
+                        done.append(item_id)
+                elif await queue.purge_dead_letter(item_id):
+                    done.append(item_id)
+        finally:
+            await queue.aclose()
+        action = f"would {verb}" if dry_run else {"requeue": "requeued", "purge": "purged"}[verb]
+        emit(
+            ctx,
+            f"dlq {verb}",
+            {"path": path, "ids": done, "dry_run": dry_run},
+            lines=[f"{action} {len(done)} item(s): {', '.join(done) or '-'}"],
+        )
+
+    run(ctx, work)
+
+
+@dlq_app.command("requeue")
+def dlq_requeue(
+    ctx: typer.Context,
+    path: str,
+    ids: list[str] = typer.Option([], "--id", help="A dead letter's id (repeatable)."),
+    all_: bool = typer.Option(False, "--all", help="Every dead letter."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would happen; write nothing."),
+    yes: bool = typer.Option(False, "--yes", help="Do it."),
+) -> None:
+    """Put dead letters back in the queue at their original place, with fresh attempts."""
+    _dlq_change(ctx, path, ids, all_, dry_run, yes, "requeue")
+
+
+@dlq_app.command("purge")
+def dlq_purge(
+    ctx: typer.Context,
+    path: str,
+    ids: list[str] = typer.Option([], "--id", help="A dead letter's id (repeatable)."),
+    all_: bool = typer.Option(False, "--all", help="Every dead letter."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would happen; write nothing."),
+    yes: bool = typer.Option(False, "--yes", help="Do it."),
+) -> None:
+    """Delete dead letters for good."""
+    _dlq_change(ctx, path, ids, all_, dry_run, yes, "purge")
+
+
+# ------------------------------------------------------------------------------------ watch
+
+
+@app.command()
+def watch(
+    ctx: typer.Context,
+    prefix: str,
+    count: int | None = typer.Option(None, help="Stop after this many events."),
+) -> None:
+    """Print every change under PREFIX, with the watch's recoveries inline, until Ctrl-C."""
+    prefix = _path(prefix)
+
+    async def work(client: EtcdClient) -> None:
+        seen = 0
+
+        async def resync() -> int:
+            # History was compacted while the watch was away: continue from now (the
+            # Resynced line says so) rather than failing.
+            return (await client.get_prefix(prefix, count_only=True)).revision + 1
+
+        async with client.watch(prefix, prefix=True, resync=resync) as stream:
+            async for item in stream.items():
+                if await _print_watch_item(ctx, item):
+                    seen += 1
+                if count is not None and seen >= count:
+                    return
+
+    run(ctx, work)
+
+
+async def _print_watch_item(ctx: typer.Context, item: Any) -> bool:
+    """Print one watch item (a data event or a recovery event); True for a data event."""
+    ev = getattr(item, "type", None)
+    kv = getattr(item, "kv", None)
+    if ev is not None and kv is not None:
+        data = {"event": ev.name, "key": kv.key_text, "revision": kv.mod_revision}
+        line = f"{ev.name} {kv.key_text} @{kv.mod_revision}"
+    else:
+        kind = type(item).__name__
+        data, line = {"event": kind, "detail": str(item)}, f"[{kind}] {item}"
+    emit(ctx, "watch", data, lines=[line])
+    sys.stdout.flush()
+    return ev is not None
