@@ -99,13 +99,13 @@ async def get_instance_cost(client: Any, calls: int) -> dict[str, float]:
                 best = float("inf")
                 for _ in range(3):
                     spent = 0.0
-                    for _ in range(0, calls, 10_000):  # let the loop renew leases meanwhile
+                    for _ in range(0, calls, 1000):  # let the loop renew leases meanwhile
                         t0 = time.perf_counter()
-                        for _ in range(10_000):
+                        for _ in range(1000):
                             get()
                         spent += time.perf_counter() - t0
                         await asyncio.sleep(0)
-                    best = min(best, spent / max(calls, 10_000))
+                    best = min(best, spent / max(calls, 1000))
                 out[label] = best * 1e6
                 print(f"  {label}: {best * 1e9:.0f} ns/call", flush=True)
     return out
@@ -142,8 +142,10 @@ async def visible_latency(client: Any, endpoint: str, samples: int) -> list[floa
                 instance = ServiceInstance("svc", PAYLOAD, port=10000 + i)
                 t0 = time.monotonic()
                 await registry.register(instance)
-                seen = json.loads(await asyncio.to_thread(child.stdout.readline))
-                assert seen["id"] == instance.id
+                while True:  # skip re-creations of earlier ones (a heal on a busy machine)
+                    seen = json.loads(await asyncio.to_thread(child.stdout.readline))
+                    if seen["id"] == instance.id:
+                        break
                 latencies.append(seen["t"] - t0)
         return latencies
     finally:
