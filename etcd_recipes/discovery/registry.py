@@ -180,6 +180,8 @@ class ServiceRegistry(Recipe, Generic[PayloadT]):
             self._record_exception(LeaseEventError(event), f"lease {reg.key}")
         if isinstance(event, LeaseFailed) and self._regs.get(reg.key) is reg:
             del self._regs[reg.key]  # someone else's record is there now: ours is gone
+            if reg.lease is not None:
+                self._spawn(reg.lease.aclose(), f"close the lease of {reg.key}")
             log.warning(
                 "%s: %s could not be re-registered; dropped", self.exception_context, reg.key
             )
