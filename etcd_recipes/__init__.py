@@ -11,6 +11,7 @@ Layout (one line per folder; ``docs/contributing/code-map.md`` has the rules)::
     etcd_recipes/election/  leader selector, latch, observer, terms, raw v3election calls
     etcd_recipes/barriers/  barrier, counted barrier, double barrier
     etcd_recipes/queues/    FIFO and priority queues, the at-least-once work queue
+    etcd_recipes/discovery/ service registry, caches, providers and strategies, Go naming
     etcd_recipes/testing/   real etcd servers, clusters and a fault proxy for tests; pytest plugin
     etcd_recipes/sync/      the generated blocking facade (and its hand-written runtime)
     tools/gen_sync/         the generator of sync/
@@ -81,6 +82,23 @@ from .codecs import (
     to_bytes,
 )
 from .counter import DistributedAtomicLong
+from .discovery.cache import ServiceCache
+from .discovery.facade import ServiceDiscovery
+from .discovery.instance import ServiceInstance, ServiceType
+from .discovery.naming import (
+    NamingEndpoint,
+    NamingEndpoints,
+    encode_naming_record,
+    naming_registration,
+)
+from .discovery.provider import ServiceProvider
+from .discovery.registry import ServiceRegistry
+from .discovery.strategies import (
+    ProviderStrategy,
+    RandomStrategy,
+    RoundRobinStrategy,
+    StickyStrategy,
+)
 from .election.latch import LeaderLatch
 from .election.observer import LeaderObserver, leadership_events
 from .election.selector import LeaderSelector
@@ -108,6 +126,7 @@ from .errors import (
     CompactedError,
     DuplicateKeyError,
     DuplicateParticipantError,
+    DuplicateServiceInstanceError,
     EmptyKeyError,
     EmptyPathError,
     EtcdConnectionError,
@@ -129,6 +148,7 @@ from .errors import (
     LockTimeoutError,
     LockUpgradeError,
     LostError,
+    NoInstancesError,
     NotLeaderError,
     NotStartedError,
     PermissionDeniedError,
@@ -136,6 +156,7 @@ from .errors import (
     RecipeClosedError,
     RetriesExhaustedError,
     SemaphorePermitMismatchError,
+    ServiceInstanceNotFoundError,
     TlsHandshakeError,
     TooManyOperationsError,
     UsageError,
@@ -245,6 +266,7 @@ __all__ = [
     "DistributedWorkQueue",
     "DuplicateKeyError",
     "DuplicateParticipantError",
+    "DuplicateServiceInstanceError",
     "Elected",
     "ElectionLeaderKey",
     "EmptyKeyError",
@@ -296,6 +318,9 @@ __all__ = [
     "LostError",
     "Member",
     "Never",
+    "NamingEndpoint",
+    "NamingEndpoints",
+    "NoInstancesError",
     "NodeCache",
     "NodeCacheEvent",
     "NodeCacheEventType",
@@ -309,9 +334,11 @@ __all__ = [
     "PermissionDeniedError",
     "PermitLostError",
     "PrefixCache",
+    "ProviderStrategy",
     "PutOp",
     "PutResult",
     "PydanticCodec",
+    "RandomStrategy",
     "RangeResult",
     "ReadWriteLockView",
     "Recipe",
@@ -320,13 +347,22 @@ __all__ = [
     "ResilienceConfig",
     "RetriesExhaustedError",
     "RetryPolicy",
+    "RoundRobinStrategy",
     "RpcResilience",
     "SelfHealingLease",
     "SemaphorePermitMismatchError",
+    "ServiceCache",
+    "ServiceDiscovery",
+    "ServiceInstance",
+    "ServiceInstanceNotFoundError",
+    "ServiceProvider",
+    "ServiceRegistry",
+    "ServiceType",
     "SortOrder",
     "SortTarget",
     "StartMode",
     "Status",
+    "StickyStrategy",
     "StrCodec",
     "TlsHandshakeError",
     "TooManyOperationsError",
@@ -358,8 +394,10 @@ __all__ = [
     "election_observe",
     "election_proclaim",
     "election_resign",
+    "encode_naming_record",
     "get_participants",
     "leadership_events",
+    "naming_registration",
     "server_lock",
     "server_unlock",
     "state_after",

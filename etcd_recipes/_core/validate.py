@@ -61,6 +61,8 @@ __all__ = [
     "check_lease",
     "check_lease_id",
     "check_path",
+    "check_path_segment",
+    "check_port",
     "check_reason",
     "check_revision",
     "check_rpc_timeout",
@@ -334,3 +336,30 @@ def check_values(values: Any, *, what: str = "values") -> list[Any]:
             f"not {type(values).__name__}"
         )
     return list(values)
+
+
+def check_port(port: Any, *, what: str = "port") -> int:
+    """A TCP port: an ``int`` in ``1..65535``, or ``-1`` for "none" (the reference's default).
+
+    >>> check_port(8080)
+    8080
+    >>> check_port(-1)
+    -1
+    """
+    if port == -1 and isinstance(port, int) and not isinstance(port, bool):
+        return -1
+    return check_int_range(port, what=f"{what} (-1: none)", minimum=1, maximum=65535)
+
+
+def check_path_segment(value: Any, *, what: str) -> str:
+    """One segment of a key path (a service name, an instance id): a non-empty ``str``
+    without ``/`` (a slash would nest the key under another one).
+
+    >>> check_path_segment("orders", what="a service name")
+    'orders'
+    """
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{what} must be a str, not {type(value).__name__}")
+    if not value or "/" in value:
+        raise InvalidArgumentError(f"{what} must be non-empty and contain no '/', got {value!r}")
+    return value

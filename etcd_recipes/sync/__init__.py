@@ -82,6 +82,14 @@ from etcd_recipes.codecs import (
     as_codec,
     to_bytes,
 )
+from etcd_recipes.discovery.instance import ServiceInstance, ServiceType
+from etcd_recipes.discovery.naming import NamingEndpoint, encode_naming_record
+from etcd_recipes.discovery.strategies import (
+    ProviderStrategy,
+    RandomStrategy,
+    RoundRobinStrategy,
+    StickyStrategy,
+)
 from etcd_recipes.election.terms import (
     Elected,
     LeadershipEvent,
@@ -98,6 +106,7 @@ from etcd_recipes.errors import (
     CompactedError,
     DuplicateKeyError,
     DuplicateParticipantError,
+    DuplicateServiceInstanceError,
     EmptyKeyError,
     EmptyPathError,
     EtcdConnectionError,
@@ -119,6 +128,7 @@ from etcd_recipes.errors import (
     LockTimeoutError,
     LockUpgradeError,
     LostError,
+    NoInstancesError,
     NotLeaderError,
     NotStartedError,
     PermissionDeniedError,
@@ -126,6 +136,7 @@ from etcd_recipes.errors import (
     RecipeClosedError,
     RetriesExhaustedError,
     SemaphorePermitMismatchError,
+    ServiceInstanceNotFoundError,
     TlsHandshakeError,
     TooManyOperationsError,
     UsageError,
@@ -175,6 +186,11 @@ from etcd_recipes.sync.caches.node import NodeCache
 from etcd_recipes.sync.caches.prefix import PrefixCache
 from etcd_recipes.sync.client import EtcdClient, connect
 from etcd_recipes.sync.counter import DistributedAtomicLong
+from etcd_recipes.sync.discovery.cache import ServiceCache
+from etcd_recipes.sync.discovery.facade import ServiceDiscovery
+from etcd_recipes.sync.discovery.naming import NamingEndpoints, naming_registration
+from etcd_recipes.sync.discovery.provider import ServiceProvider
+from etcd_recipes.sync.discovery.registry import ServiceRegistry
 from etcd_recipes.sync.election.latch import LeaderLatch
 from etcd_recipes.sync.election.observer import LeaderObserver, leadership_events
 from etcd_recipes.sync.election.selector import LeaderSelector
@@ -253,6 +269,7 @@ __all__ = [
     "DistributedWorkQueue",
     "DuplicateKeyError",
     "DuplicateParticipantError",
+    "DuplicateServiceInstanceError",
     "Elected",
     "ElectionLeaderKey",
     "EmptyKeyError",
@@ -308,7 +325,10 @@ __all__ = [
     "MAX_PRIORITY",
     "Member",
     "NOOP_METRICS",
+    "NamingEndpoint",
+    "NamingEndpoints",
     "Never",
+    "NoInstancesError",
     "NodeCache",
     "NodeCacheEvent",
     "NodeCacheEventType",
@@ -322,9 +342,11 @@ __all__ = [
     "PermissionDeniedError",
     "PermitLostError",
     "PrefixCache",
+    "ProviderStrategy",
     "PutOp",
     "PutResult",
     "PydanticCodec",
+    "RandomStrategy",
     "RangeResult",
     "ReadWriteLockView",
     "Recipe",
@@ -333,13 +355,22 @@ __all__ = [
     "ResilienceConfig",
     "RetriesExhaustedError",
     "RetryPolicy",
+    "RoundRobinStrategy",
     "RpcResilience",
     "SelfHealingLease",
     "SemaphorePermitMismatchError",
+    "ServiceCache",
+    "ServiceDiscovery",
+    "ServiceInstance",
+    "ServiceInstanceNotFoundError",
+    "ServiceProvider",
+    "ServiceRegistry",
+    "ServiceType",
     "SortOrder",
     "SortTarget",
     "StartMode",
     "Status",
+    "StickyStrategy",
     "StrCodec",
     "TlsHandshakeError",
     "TooManyOperationsError",
@@ -372,9 +403,11 @@ __all__ = [
     "election_observe",
     "election_proclaim",
     "election_resign",
+    "encode_naming_record",
     "fail_after",
     "get_participants",
     "leadership_events",
+    "naming_registration",
     "server_lock",
     "server_unlock",
     "state_after",
