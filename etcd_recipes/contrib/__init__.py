@@ -1,0 +1,13 @@
+"""Integrations with third-party libraries, each behind an optional extra.
+
+* :mod:`etcd_recipes.contrib.httpx` (extra ``httpx``): ``httpx`` transports that send each
+  request to an instance a discovery provider picks, and report failing instances to it;
+* :mod:`etcd_recipes.contrib.grpc` (no extra: ``grpcio`` is a core dependency): a
+  ``grpc.aio`` channel that follows a service's instance list.
+
+These modules use only the public names of :mod:`etcd_recipes`; they are not part of
+``etcd_recipes.__all__`` and have no generated twin in :mod:`etcd_recipes.sync` (where a
+blocking form makes sense, the module defines it itself). Importing one without its extra
+installed raises :class:`ImportError` naming the missing package; importing this package alone
+imports none of them.
+"""
