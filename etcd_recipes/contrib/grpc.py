@@ -46,7 +46,7 @@ import logging
 import socket
 from collections.abc import Iterable, Sequence
 from types import TracebackType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import grpc.aio
@@ -56,17 +56,15 @@ from etcd_recipes import (
     NoInstancesError,
     NotStartedError,
     RecipeClosedError,
+    ServiceInstance,
 )
+
+if TYPE_CHECKING:
+    from etcd_recipes import ServiceProvider
 
 __all__ = ["DiscoveryChannel", "discovery_channel"]
 
 log = logging.getLogger("etcd_recipes.contrib.grpc")
-
-
-class _Provider(Protocol):
-    """What the channel needs of a provider: its instance lists as a conflated stream."""
-
-    def instance_lists(self, maxsize: int = ...) -> Any: ...
 
 
 async def _resolve(host: str, port: int) -> list[str]:
@@ -75,7 +73,9 @@ async def _resolve(host: str, port: int) -> list[str]:
     return sorted({str(info[4][0]) for info in infos})
 
 
-async def build_target(instances: Iterable[Any], *, secure: bool = False) -> str | None:
+async def build_target(
+    instances: Iterable[ServiceInstance[Any]], *, secure: bool = False
+) -> str | None:
     """The static gRPC target for ``instances``, or ``None`` when none of them is dialable.
 
     Each instance contributes ``address:port`` (``ssl_port`` when ``secure``); duplicates are
@@ -85,14 +85,15 @@ async def build_target(instances: Iterable[Any], *, secure: bool = False) -> str
 
     Example::
 
-        from types import SimpleNamespace as Instance
+        from etcd_recipes import ServiceInstance
         from etcd_recipes.contrib.grpc import build_target
 
-        a = Instance(address="127.0.0.2", port=50051, ssl_port=-1)
-        b = Instance(address="127.0.0.1", port=50052, ssl_port=-1)
-        print(await build_target([a, b]))  # ipv4:127.0.0.1:50052,127.0.0.2:50051
-        print(await build_target([a, Instance(address="::1", port=7, ssl_port=-1)]))
-        # ipv6:[::1]:7,[::ffff:7f00:2]:50051
+        a = ServiceInstance("who", "", address="127.0.0.2", port=50051)
+        b = ServiceInstance("who", "", address="127.0.0.1", port=50052)
+        assert await build_target([a, b]) == "ipv4:127.0.0.1:50052,127.0.0.2:50051"
+        c = ServiceInstance("who", "", address="::1", port=7)
+        assert await build_target([a, c]) == "ipv6:[::1]:7,[::ffff:7f00:2]:50051"
+        assert await build_target([a], secure=True) is None  # a has no ssl_port
     """
     endpoints: set[tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]] = set()
     for instance in instances:
@@ -184,26 +185,26 @@ class DiscoveryChannel(grpc.aio.Channel):  # type: ignore[misc]
 
     Example::
 
-        from types import SimpleNamespace as Instance
+        import asyncio
+        from etcd_recipes import ServiceInstance, ServiceProvider, ServiceRegistry
         from etcd_recipes.contrib.grpc import discovery_channel
 
-        class Lists:  # stands in for a ServiceProvider's instance_lists()
-            def __init__(self): self.items = [(Instance(address="127.0.0.1", port=1, ssl_port=-1),)]
-            def __aiter__(self): return self
-            async def __anext__(self): return self.items.pop() if self.items else await asyncio.Event().wait()
-            async def aclose(self): pass
-
-        class Provider:
-            def instance_lists(self, maxsize=1): return Lists()
-
-        import asyncio
-        async with discovery_channel(Provider()) as channel:
-            print(channel.target, channel.generation)  # ipv4:127.0.0.1:1 1
+        path = f"{prefix}/services"
+        async with ServiceRegistry(client, path) as registry:
+            await registry.register(ServiceInstance("who", "", address="10.0.0.2", port=50051))
+            async with ServiceProvider(client, path, "who") as provider:
+                async with discovery_channel(provider) as channel:  # connects lazily
+                    assert channel.target == "ipv4:10.0.0.2:50051" and channel.generation == 1
+                    other = ServiceInstance("who", "", address="10.0.0.1", port=50051)
+                    await registry.register(other)
+                    while channel.generation < 2:  # the swap follows within milliseconds
+                        await asyncio.sleep(0.01)
+                    assert channel.target == "ipv4:10.0.0.1:50051,10.0.0.2:50051"
     """
 
     def __init__(
         self,
-        provider: _Provider,
+        provider: ServiceProvider[Any],
         *,
         credentials: grpc.ChannelCredentials | None = None,
         options: Sequence[tuple[str, Any]] = (),
@@ -420,7 +421,7 @@ class DiscoveryChannel(grpc.aio.Channel):  # type: ignore[misc]
 
 
 def discovery_channel(
-    provider: _Provider,
+    provider: ServiceProvider[Any],
     *,
     credentials: grpc.ChannelCredentials | None = None,
     options: Sequence[tuple[str, Any]] = (),
@@ -438,13 +439,14 @@ def discovery_channel(
 
     Example::
 
+        from etcd_recipes import ServiceProvider
         from etcd_recipes.contrib.grpc import discovery_channel
 
-        class Provider:  # stands in for a ServiceProvider
-            def instance_lists(self, maxsize=1): raise AssertionError("not started")
-
-        channel = discovery_channel(Provider(), grace=1.0)
-        print(channel)  # DiscoveryChannel(new, target=None, generation=0, draining=0)
+        async with ServiceProvider(client, f"{prefix}/services", "nobody") as provider:
+            channel = discovery_channel(provider, grace=1.0)
+            assert repr(channel) == (
+                "DiscoveryChannel(new, target=None, generation=0, draining=0)"
+            )
     """
     return DiscoveryChannel(
         provider,

@@ -36,11 +36,15 @@ transport).
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
-from etcd_recipes import InvalidArgumentError, NoInstancesError
+from etcd_recipes import InvalidArgumentError, NoInstancesError, ServiceInstance
+
+if TYPE_CHECKING:
+    from etcd_recipes import ServiceProvider
+    from etcd_recipes.sync import ServiceProvider as SyncServiceProvider
 
 __all__ = ["DiscoveryTransport", "SyncDiscoveryTransport"]
 
@@ -50,45 +54,34 @@ INSTANCE_EXTENSION = "service_instance"
 _REPORTED = (httpx.NetworkError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
 
 
-class _Instance(Protocol):
-    @property
-    def name(self) -> str: ...
-    @property
-    def address(self) -> str: ...
-    @property
-    def port(self) -> int: ...
-    @property
-    def ssl_port(self) -> int: ...
-
-
 class _Provider(Protocol):
-    """What the transports need of a provider (async or blocking: both calls are plain)."""
+    """What the transports use of a provider (both calls are plain, async API or blocking)."""
 
-    def get_instance(self) -> Any: ...
-    def note_error(self, instance: Any) -> None: ...
+    def get_instance(self) -> ServiceInstance[Any]: ...
+    def note_error(self, instance: ServiceInstance[Any]) -> None: ...
 
 
-def _check_scheme(scheme: str) -> str:
+def _scheme(scheme: str) -> str:
     if scheme not in ("http", "https"):
         raise InvalidArgumentError(f"scheme must be 'http' or 'https', got {scheme!r}")
     return scheme
 
 
-def _target(scheme: str, request: httpx.Request, instance: _Instance) -> httpx.URL:
+def _target(scheme: str, request: httpx.Request, instance: ServiceInstance[Any]) -> httpx.URL:
     port = instance.ssl_port if scheme == "https" else instance.port
     if not 0 < port < 65536:
         which = "ssl_port" if scheme == "https" else "port"
         raise httpx.ConnectError(
-            f"instance {instance.name}/{getattr(instance, 'id', '?')} at {instance.address!r} "
+            f"instance {instance.name}/{instance.id} at {instance.address!r} "
             f"has no usable {which} ({port})",
             request=request,
         )
     return request.url.copy_with(scheme=scheme, host=instance.address, port=port)
 
 
-def _pick(provider: _Provider, request: httpx.Request) -> _Instance:
+def _pick(provider: _Provider, request: httpx.Request) -> ServiceInstance[Any]:
     try:
-        instance: _Instance = provider.get_instance()
+        instance: ServiceInstance[Any] = provider.get_instance()
     except NoInstancesError as exc:
         raise httpx.ConnectError(
             f"no instance available for {request.url.host!r}: {exc}", request=request
@@ -96,7 +89,7 @@ def _pick(provider: _Provider, request: httpx.Request) -> _Instance:
     return instance
 
 
-def _routed(scheme: str, request: httpx.Request, instance: _Instance) -> httpx.Request:
+def _routed(scheme: str, request: httpx.Request, instance: ServiceInstance[Any]) -> httpx.Request:
     # A new Request for the inner transport; the caller's keeps the service's URL, so that
     # ``response.request`` (which httpx sets to it) and redirects resolve against the service.
     return httpx.Request(
@@ -111,9 +104,9 @@ def _routed(scheme: str, request: httpx.Request, instance: _Instance) -> httpx.R
 class DiscoveryTransport(httpx.AsyncBaseTransport):
     """An ``httpx`` async transport that sends each request to a discovered instance.
 
-    ``provider`` is a started :class:`~etcd_recipes.ServiceProvider` (anything with
-    ``get_instance()`` and ``note_error(instance)``). ``scheme`` is the scheme spoken to the
-    instances (``"https"`` uses their ``ssl_port``), whatever the mounted URL says.
+    ``provider`` is a started :class:`~etcd_recipes.ServiceProvider`. ``scheme`` is the
+    scheme spoken to the instances (``"https"`` uses their ``ssl_port``), whatever the
+    mounted URL says.
     ``transport`` is the inner transport requests are forwarded to (default: a new
     :class:`httpx.AsyncHTTPTransport`, closed by :meth:`aclose`; one you pass is closed too,
     as ``httpx`` does with mounted transports). See the module docstring for what is
@@ -122,32 +115,32 @@ class DiscoveryTransport(httpx.AsyncBaseTransport):
     Example::
 
         import httpx
+        from etcd_recipes import ServiceInstance, ServiceProvider, ServiceRegistry
         from etcd_recipes.contrib.httpx import DiscoveryTransport
 
-        class OneInstance:  # stands in for a ServiceProvider
-            address, port, ssl_port, name = "10.1.2.3", 8080, -1, "orders"
-            def get_instance(self): return self
-            def note_error(self, instance): print("error noted")
-
-        def server(request: httpx.Request) -> httpx.Response:
+        def network(request: httpx.Request) -> httpx.Response:  # a mock inner transport
             return httpx.Response(200, text=f"{request.url} Host={request.headers['host']}")
 
-        inner = httpx.MockTransport(server)
-        transport = DiscoveryTransport(OneInstance(), transport=inner)
-        async with httpx.AsyncClient(mounts={"http://orders": transport}) as http:
-            print((await http.get("http://orders/v1/orders?id=42")).text)
-            # http://10.1.2.3:8080/v1/orders?id=42 Host=orders
+        path = f"{prefix}/services"
+        async with ServiceRegistry(client, path) as registry:
+            await registry.register(ServiceInstance("orders", "", address="10.1.2.3", port=8080))
+            async with ServiceProvider(client, path, "orders") as provider:
+                transport = DiscoveryTransport(provider, transport=httpx.MockTransport(network))
+                async with httpx.AsyncClient(mounts={"http://orders": transport}) as http:
+                    response = await http.get("http://orders/v1/orders?id=42")
+        assert response.text == "http://10.1.2.3:8080/v1/orders?id=42 Host=orders"
+        assert response.request.url == "http://orders/v1/orders?id=42"  # the caller's URL
     """
 
     def __init__(
         self,
-        provider: _Provider,
+        provider: ServiceProvider[Any],
         *,
         scheme: str = "http",
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.provider = provider
-        self.scheme = _check_scheme(scheme)
+        self.scheme = _scheme(scheme)
         self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
 
     def __repr__(self) -> str:
@@ -188,36 +181,44 @@ class DiscoveryTransport(httpx.AsyncBaseTransport):
 class SyncDiscoveryTransport(httpx.BaseTransport):
     """The blocking twin of :class:`DiscoveryTransport`, for ``httpx.Client``.
 
-    ``provider`` is a blocking :class:`etcd_recipes.sync.ServiceProvider` (anything with
-    ``get_instance()`` and ``note_error(instance)``); the inner transport defaults to
-    :class:`httpx.HTTPTransport`. Everything else is as in :class:`DiscoveryTransport`.
+    ``provider`` is a started blocking :class:`etcd_recipes.sync.ServiceProvider`; the
+    inner transport defaults to :class:`httpx.HTTPTransport`. Everything else is as in :class:`DiscoveryTransport`.
 
     Example::
 
         import httpx
         from etcd_recipes.contrib.httpx import SyncDiscoveryTransport
+        from etcd_recipes.sync import ServiceInstance, ServiceProvider, ServiceRegistry, connect
 
-        class OneInstance:  # stands in for an etcd_recipes.sync.ServiceProvider
-            address, port, ssl_port, name = "10.1.2.3", 8080, 8443, "orders"
-            def get_instance(self): return self
-            def note_error(self, instance): print("error noted")
+        seen = []
 
-        inner = httpx.MockTransport(lambda request: httpx.Response(503))
-        transport = SyncDiscoveryTransport(OneInstance(), scheme="https", transport=inner)
-        with httpx.Client(mounts={"http://orders": transport}) as http:
-            response = http.get("http://orders/health")  # prints: error noted
-            print(response.status_code, response.url)  # 503 https://10.1.2.3:8443/health
+        def sick(request: httpx.Request) -> httpx.Response:  # a mock inner transport
+            seen.append(str(request.url))
+            return httpx.Response(503)
+
+        path = f"{prefix}/services"
+        with connect(endpoints) as client, ServiceRegistry(client, path) as registry:
+            me = ServiceInstance("orders", "", address="10.1.2.3", port=80, ssl_port=8443)
+            registry.register(me)
+            with ServiceProvider(client, path, "orders", error_threshold=2) as provider:
+                inner = httpx.MockTransport(sick)
+                transport = SyncDiscoveryTransport(provider, scheme="https", transport=inner)
+                with httpx.Client(mounts={"http://orders": transport}) as http:
+                    assert http.get("http://orders/health").status_code == 503
+                    assert seen == ["https://10.1.2.3:8443/health"] and not provider.is_down(me)
+                    http.get("http://orders/health")  # the second 5xx: "me" is out
+                    assert provider.is_down(me)
     """
 
     def __init__(
         self,
-        provider: _Provider,
+        provider: SyncServiceProvider[Any],
         *,
         scheme: str = "http",
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.provider = provider
-        self.scheme = _check_scheme(scheme)
+        self.scheme = _scheme(scheme)
         self._transport = transport if transport is not None else httpx.HTTPTransport()
 
     def __repr__(self) -> str:
