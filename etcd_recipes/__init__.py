@@ -11,6 +11,7 @@ Layout (one line per folder; ``docs/contributing/code-map.md`` has the rules)::
     etcd_recipes/election/  leader selector, latch, observer, terms, raw v3election calls
     etcd_recipes/barriers/  barrier, counted barrier, double barrier
     etcd_recipes/queues/    FIFO and priority queues, the at-least-once work queue
+    etcd_recipes/discovery/ service registry, caches, providers and strategies, Go naming
     etcd_recipes/testing/   real etcd servers, clusters and a fault proxy for tests; pytest plugin
     etcd_recipes/sync/      the generated blocking facade (and its hand-written runtime)
     tools/gen_sync/         the generator of sync/
@@ -81,6 +82,17 @@ from .codecs import (
     to_bytes,
 )
 from .counter import DistributedAtomicLong
+from .discovery.cache import ServiceCache
+from .discovery.facade import ServiceDiscovery
+from .discovery.instance import ServiceInstance, ServiceType
+from .discovery.provider import ServiceProvider
+from .discovery.registry import ServiceRegistry
+from .discovery.strategies import (
+    ProviderStrategy,
+    RandomStrategy,
+    RoundRobinStrategy,
+    StickyStrategy,
+)
 from .election.latch import LeaderLatch
 from .election.observer import LeaderObserver, leadership_events
 from .election.selector import LeaderSelector
@@ -108,6 +120,7 @@ from .errors import (
     CompactedError,
     DuplicateKeyError,
     DuplicateParticipantError,
+    DuplicateServiceInstanceError,
     EmptyKeyError,
     EmptyPathError,
     EtcdConnectionError,
@@ -127,6 +140,7 @@ from .errors import (
     LockTimeoutError,
     LockUpgradeError,
     LostError,
+    NoInstancesError,
     NotLeaderError,
     NotStartedError,
     PermissionDeniedError,
@@ -134,6 +148,7 @@ from .errors import (
     RecipeClosedError,
     RetriesExhaustedError,
     SemaphorePermitMismatchError,
+    ServiceInstanceNotFoundError,
     TlsHandshakeError,
     TooManyOperationsError,
     UsageError,
@@ -243,6 +258,7 @@ __all__ = [
     "DistributedWorkQueue",
     "DuplicateKeyError",
     "DuplicateParticipantError",
+    "DuplicateServiceInstanceError",
     "Elected",
     "ElectionLeaderKey",
     "EmptyKeyError",
@@ -291,6 +307,7 @@ __all__ = [
     "LostError",
     "Member",
     "Never",
+    "NoInstancesError",
     "NodeCache",
     "NodeCacheEvent",
     "NodeCacheEventType",
@@ -304,9 +321,11 @@ __all__ = [
     "PermissionDeniedError",
     "PermitLostError",
     "PrefixCache",
+    "ProviderStrategy",
     "PutOp",
     "PutResult",
     "PydanticCodec",
+    "RandomStrategy",
     "RangeResult",
     "ReadWriteLockView",
     "Recipe",
@@ -315,13 +334,22 @@ __all__ = [
     "ResilienceConfig",
     "RetriesExhaustedError",
     "RetryPolicy",
+    "RoundRobinStrategy",
     "RpcResilience",
     "SelfHealingLease",
     "SemaphorePermitMismatchError",
+    "ServiceCache",
+    "ServiceDiscovery",
+    "ServiceInstance",
+    "ServiceInstanceNotFoundError",
+    "ServiceProvider",
+    "ServiceRegistry",
+    "ServiceType",
     "SortOrder",
     "SortTarget",
     "StartMode",
     "Status",
+    "StickyStrategy",
     "StrCodec",
     "TlsHandshakeError",
     "TooManyOperationsError",

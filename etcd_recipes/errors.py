@@ -47,6 +47,9 @@ __all__ = [
     "LockLostError",
     "LostError",
     "NotLeaderError",
+    "NoInstancesError",
+    "ServiceInstanceNotFoundError",
+    "DuplicateServiceInstanceError",
     "NotStartedError",
     "PermissionDeniedError",
     "PermitLostError",
@@ -190,6 +193,42 @@ class EventStreamOverflowError(EtcdRecipeError):
 
 class NotLeaderError(EtcdRecipeError):
     """An election operation was made with a stale leadership key."""
+
+
+# --------------------------------------------------------------------------- discovery
+
+
+class NoInstancesError(EtcdRecipeError, LookupError):
+    """A :class:`~etcd_recipes.ServiceProvider` has no available instance of its service
+    (none registered, all filtered out or disabled, or all inside their down window).
+    ``service`` is the service name. Also a built-in :class:`LookupError`.
+
+    Example::
+
+        from etcd_recipes import NoInstancesError, ServiceProvider
+
+        async with ServiceProvider(client, f"{prefix}/services", "nobody") as provider:
+            try:
+                provider.get_instance()
+            except NoInstancesError as exc:
+                print(exc.service)  # nobody
+    """
+
+    def __init__(self, message: str, *, service: str = "") -> None:
+        super().__init__(message)
+        self.service = service
+
+
+class ServiceInstanceNotFoundError(EtcdRecipeError, LookupError):
+    """The service instance is not registered: ``query_for_instance`` found no record, or
+    ``update``/``unregister`` was given an instance this registry did not register. Also a
+    built-in :class:`LookupError`."""
+
+
+class DuplicateServiceInstanceError(EtcdRecipeError):
+    """``register`` was given an instance whose id is already registered under its service
+    name -- by this registry, or by anyone (the record exists in etcd). Registration never
+    overwrites another registrant's record."""
 
 
 # --------------------------------------------------------------------------- bad input

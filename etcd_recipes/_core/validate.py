@@ -28,6 +28,8 @@ __all__ = [
     "check_int_range",
     "check_lease_id",
     "check_path",
+    "check_path_segment",
+    "check_port",
     "check_timeout",
     "check_ttl",
 ]
@@ -156,3 +158,30 @@ def check_path(path: Any) -> str:
     if not path or not path.strip("/"):
         raise EmptyPathError("a recipe path must not be empty (or only '/')")
     return path
+
+
+def check_port(port: Any, *, what: str = "port") -> int:
+    """A TCP port: an ``int`` in ``1..65535``, or ``-1`` for "none" (the reference's default).
+
+    >>> check_port(8080)
+    8080
+    >>> check_port(-1)
+    -1
+    """
+    if port == -1 and isinstance(port, int) and not isinstance(port, bool):
+        return -1
+    return check_int_range(port, what=f"{what} (-1: none)", minimum=1, maximum=65535)
+
+
+def check_path_segment(value: Any, *, what: str) -> str:
+    """One segment of a key path (a service name, an instance id): a non-empty ``str``
+    without ``/`` (a slash would nest the key under another one).
+
+    >>> check_path_segment("orders", what="a service name")
+    'orders'
+    """
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{what} must be a str, not {type(value).__name__}")
+    if not value or "/" in value:
+        raise InvalidArgumentError(f"{what} must be non-empty and contain no '/', got {value!r}")
+    return value

@@ -81,6 +81,13 @@ from etcd_recipes.codecs import (
     as_codec,
     to_bytes,
 )
+from etcd_recipes.discovery.instance import ServiceInstance, ServiceType
+from etcd_recipes.discovery.strategies import (
+    ProviderStrategy,
+    RandomStrategy,
+    RoundRobinStrategy,
+    StickyStrategy,
+)
 from etcd_recipes.election.terms import (
     Elected,
     LeadershipEvent,
@@ -97,6 +104,7 @@ from etcd_recipes.errors import (
     CompactedError,
     DuplicateKeyError,
     DuplicateParticipantError,
+    DuplicateServiceInstanceError,
     EmptyKeyError,
     EmptyPathError,
     EtcdConnectionError,
@@ -116,6 +124,7 @@ from etcd_recipes.errors import (
     LockTimeoutError,
     LockUpgradeError,
     LostError,
+    NoInstancesError,
     NotLeaderError,
     NotStartedError,
     PermissionDeniedError,
@@ -123,6 +132,7 @@ from etcd_recipes.errors import (
     RecipeClosedError,
     RetriesExhaustedError,
     SemaphorePermitMismatchError,
+    ServiceInstanceNotFoundError,
     TlsHandshakeError,
     TooManyOperationsError,
     UsageError,
@@ -171,6 +181,10 @@ from etcd_recipes.sync.caches.node import NodeCache
 from etcd_recipes.sync.caches.prefix import PrefixCache
 from etcd_recipes.sync.client import EtcdClient, connect
 from etcd_recipes.sync.counter import DistributedAtomicLong
+from etcd_recipes.sync.discovery.cache import ServiceCache
+from etcd_recipes.sync.discovery.facade import ServiceDiscovery
+from etcd_recipes.sync.discovery.provider import ServiceProvider
+from etcd_recipes.sync.discovery.registry import ServiceRegistry
 from etcd_recipes.sync.election.latch import LeaderLatch
 from etcd_recipes.sync.election.observer import LeaderObserver, leadership_events
 from etcd_recipes.sync.election.selector import LeaderSelector
@@ -249,6 +263,7 @@ __all__ = [
     "DistributedWorkQueue",
     "DuplicateKeyError",
     "DuplicateParticipantError",
+    "DuplicateServiceInstanceError",
     "Elected",
     "ElectionLeaderKey",
     "EmptyKeyError",
@@ -302,6 +317,7 @@ __all__ = [
     "Member",
     "NOOP_METRICS",
     "Never",
+    "NoInstancesError",
     "NodeCache",
     "NodeCacheEvent",
     "NodeCacheEventType",
@@ -315,9 +331,11 @@ __all__ = [
     "PermissionDeniedError",
     "PermitLostError",
     "PrefixCache",
+    "ProviderStrategy",
     "PutOp",
     "PutResult",
     "PydanticCodec",
+    "RandomStrategy",
     "RangeResult",
     "ReadWriteLockView",
     "Recipe",
@@ -326,13 +344,22 @@ __all__ = [
     "ResilienceConfig",
     "RetriesExhaustedError",
     "RetryPolicy",
+    "RoundRobinStrategy",
     "RpcResilience",
     "SelfHealingLease",
     "SemaphorePermitMismatchError",
+    "ServiceCache",
+    "ServiceDiscovery",
+    "ServiceInstance",
+    "ServiceInstanceNotFoundError",
+    "ServiceProvider",
+    "ServiceRegistry",
+    "ServiceType",
     "SortOrder",
     "SortTarget",
     "StartMode",
     "Status",
+    "StickyStrategy",
     "StrCodec",
     "TlsHandshakeError",
     "TooManyOperationsError",

@@ -64,6 +64,7 @@ PURE = {
     ("etcd_recipes.caches.events", "KeyFilter"),
     ("etcd_recipes.caches.events", "Transform"),
     ("etcd_recipes.caches.events", "IndexFn"),
+    ("etcd_recipes.discovery.strategies", "InstanceFilter"),
 }
 """Callable types of pure functions (filters, transforms, index functions): a facade caller's
 function is passed as it is and called inline on the loop thread, like the async recipe calls
