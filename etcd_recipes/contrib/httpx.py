@@ -182,7 +182,8 @@ class SyncDiscoveryTransport(httpx.BaseTransport):
     """The blocking twin of :class:`DiscoveryTransport`, for ``httpx.Client``.
 
     ``provider`` is a started blocking :class:`etcd_recipes.sync.ServiceProvider`; the
-    inner transport defaults to :class:`httpx.HTTPTransport`. Everything else is as in :class:`DiscoveryTransport`.
+    inner transport defaults to :class:`httpx.HTTPTransport`. Everything else is as in
+    :class:`DiscoveryTransport`.
 
     Example::
 
