@@ -34,7 +34,8 @@ milliseconds later) and then stop with a grace of its own; ``wait_for_ready`` ca
 waiting on a swapped-out channel when its grace ends are cancelled. Errors are not reported
 to ``provider.note_error`` (round-robin already skips a member whose connection fails), and
 only the provider's list decides membership, not health checks. The channel does not start
-or close the provider.
+or close the provider; if the provider's list ends (it was closed) or fails, the channel keeps
+its last inner channel and logs why.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ import grpc
 import grpc.aio
 
 from etcd_recipes import (
+    AlreadyStartedError,
     InvalidArgumentError,
     NoInstancesError,
     NotStartedError,
@@ -255,10 +257,12 @@ class DiscoveryChannel(grpc.aio.Channel):  # type: ignore[misc]
         """Wait for the first non-empty instance list and open the first inner channel.
 
         Raises :class:`~etcd_recipes.errors.NoInstancesError` if none came within
-        ``ready_timeout`` seconds (nothing is left running then).
+        ``ready_timeout`` seconds, or the provider's list ended (it was closed, or never
+        started); nothing is left running then, nor after a cancelled start. The channel is
+        one-shot: a second start raises :class:`~etcd_recipes.errors.AlreadyStartedError`.
         """
         if self._state != "new":
-            raise RecipeClosedError(f"{self!r} was already started")
+            raise AlreadyStartedError(f"{self!r} was already started")
         self._state = "starting"
         stream = self.provider.instance_lists(maxsize=1)
         iterator = stream.__aiter__()
@@ -269,9 +273,17 @@ class DiscoveryChannel(grpc.aio.Channel):  # type: ignore[misc]
             await stream.aclose()
             if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
                 raise NoInstancesError(
-                    f"no dialable instance within {self.ready_timeout} s"
+                    f"no dialable instance within {self.ready_timeout} s "
+                    f"(is the provider started?): {self.provider!r}"
+                ) from None
+            if isinstance(exc, StopAsyncIteration):
+                raise NoInstancesError(
+                    f"the provider's instance list ended (is it closed?): {self.provider!r}"
                 ) from None
             raise
+        if self._state == "closed":  # closed while starting
+            await stream.aclose()
+            raise RecipeClosedError(f"{self!r} was closed while it started")
         self._stream = stream
         self._swap(target)
         self._state = "open"
@@ -307,16 +319,17 @@ class DiscoveryChannel(grpc.aio.Channel):  # type: ignore[misc]
             task.add_done_callback(self._draining.discard)
 
     async def _follow(self, iterator: Any) -> None:
-        async for instances in iterator:
-            try:
+        try:
+            async for instances in iterator:
                 target = await build_target(instances, secure=self._secure)
-            except Exception:  # a bug in an address; keep the channel we have
-                log.exception("cannot build a target from %r", instances)
-                continue
-            if target is None:
-                log.warning("no dialable instance; keeping %s", self._target)
-            elif target != self._target:
-                self._swap(target)
+                if target is None:
+                    log.warning("no dialable instance; keeping %s", self._target)
+                elif target != self._target:
+                    self._swap(target)
+        except Exception:  # the provider failed: keep the channel we have, say so
+            log.exception("%r stopped following its provider's instance list", self)
+        else:
+            log.info("%r: the provider's instance list ended; keeping the channel", self)
 
     def _current(self) -> Any:
         if self._channel is None or self._state != "open":

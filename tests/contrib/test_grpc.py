@@ -15,7 +15,13 @@ import grpc.aio
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from etcd_recipes import NoInstancesError, ServiceInstance, ServiceProvider, ServiceRegistry
+from etcd_recipes import (
+    AlreadyStartedError,
+    NoInstancesError,
+    ServiceInstance,
+    ServiceProvider,
+    ServiceRegistry,
+)
 from etcd_recipes.contrib.grpc import DiscoveryChannel, build_target, discovery_channel
 from tests.helpers import eventually
 
@@ -89,7 +95,7 @@ async def test_servers_added_and_removed_under_load_fail_no_call(
 
                     load.phase = "remove"
                     await a.leave()  # unregister, drain, graceful stop; the process exits 0
-                    assert not _in_target(channel, a)
+                    await eventually(lambda: not _in_target(channel, a), what="a gone")
                     load.phase = "without-a"
                     await eventually(
                         lambda: len([e for e in load.log if e[0] == "without-a"]) > 200,
@@ -156,6 +162,30 @@ async def test_start_without_instances_raises_after_the_ready_timeout(etcd_clien
         assert "closed" in repr(channel)
         with pytest.raises(Exception, match="closed"):
             channel.unary_unary("/x/y")(b"")
+
+
+async def test_a_cancelled_start_leaves_nothing_running(etcd_client, etcd_prefix):
+    async with ServiceProvider(etcd_client, etcd_prefix + "svc", "nobody") as provider:
+        before = asyncio.all_tasks()  # the provider's are running already
+        channel = discovery_channel(provider, ready_timeout=None)  # would wait for ever
+        starting = asyncio.ensure_future(channel.start())
+        await asyncio.sleep(0.2)
+        starting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await starting
+        assert "closed" in repr(channel) and channel.target is None
+        ours = [
+            t
+            for t in asyncio.all_tasks() - before
+            if any("contrib" in f.f_code.co_filename for f in t.get_stack())
+            or t.get_name() == "discovery-channel-follower"
+        ]
+        assert ours == []  # (the provider's own tasks come and go)
+        with pytest.raises(AlreadyStartedError):
+            await channel.start()
+    # A provider that is closed ends its lists: a start fails at once, it does not hang.
+    with pytest.raises(NoInstancesError, match="ended"):
+        await asyncio.wait_for(discovery_channel(provider, ready_timeout=None).start(), 5)
 
 
 async def test_targets_are_sorted_deduplicated_and_typed():
