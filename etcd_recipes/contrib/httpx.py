@@ -76,7 +76,11 @@ def _target(scheme: str, request: httpx.Request, instance: ServiceInstance[Any])
             f"has no usable {which} ({port})",
             request=request,
         )
-    return request.url.copy_with(scheme=scheme, host=instance.address, port=port)
+    address = instance.address
+    host = f"[{address}]" if ":" in address and not address.startswith("[") else address
+    # One parse of a string: several times cheaper than URL.copy_with (which re-validates
+    # every component). raw_path is the path and query, already percent-encoded.
+    return httpx.URL(f"{scheme}://{host}:{port}{request.url.raw_path.decode('ascii')}")
 
 
 def _pick(provider: _Provider, request: httpx.Request) -> ServiceInstance[Any]:

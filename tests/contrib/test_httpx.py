@@ -156,3 +156,46 @@ def test_the_sync_transport_with_the_blocking_provider(etcd_server, etcd_prefix)
     assert codes.count(503) == THRESHOLD, codes
     assert [r.json()["id"] for r in responses[-10:]] == ["good"] * 10
     assert all(r.request.url == "http://orders/" for r in responses)  # the caller's URL
+
+
+@pytest.mark.parametrize(
+    ("address", "scheme", "url", "expected"),
+    [
+        (
+            "10.0.0.1",
+            "http",
+            "http://orders/a%20b/c?q=1&r=%2F",
+            "http://10.0.0.1:8080/a%20b/c?q=1&r=%2F",
+        ),
+        ("::1", "http", "http://orders/x", "http://[::1]:8080/x"),
+        ("[::1]", "https", "http://orders/x", "https://[::1]:8443/x"),
+        ("host.example", "https", "http://orders", "https://host.example:8443/"),
+    ],
+)
+async def test_the_url_is_rewritten_to_the_instance(address, scheme, url, expected):
+    # Pure URL logic: an in-memory provider and inner transport are enough here.
+    from etcd_recipes import ServiceInstance
+
+    instance = ServiceInstance("orders", "", address=address, port=8080, ssl_port=8443)
+    seen: list[httpx.Request] = []
+
+    class OneInstance:
+        def get_instance(self):
+            return instance
+
+        def note_error(self, instance):
+            raise AssertionError("no error expected")
+
+    def network(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(204)
+
+    transport = DiscoveryTransport(
+        OneInstance(), scheme=scheme, transport=httpx.MockTransport(network)
+    )  # type: ignore[arg-type]
+    async with httpx.AsyncClient(mounts={"http://orders": transport}) as http:
+        response = await http.post(url, content=b"body", headers={"X-Trace": "1"})
+    assert str(seen[0].url) == expected
+    assert seen[0].headers["host"] == "orders" and seen[0].headers["x-trace"] == "1"
+    assert seen[0].read() == b"body" and seen[0].method == "POST"
+    assert str(response.request.url) == str(httpx.URL(url))  # the caller's request is untouched
