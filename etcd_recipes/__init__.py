@@ -85,6 +85,12 @@ from .counter import DistributedAtomicLong
 from .discovery.cache import ServiceCache
 from .discovery.facade import ServiceDiscovery
 from .discovery.instance import ServiceInstance, ServiceType
+from .discovery.naming import (
+    NamingEndpoint,
+    NamingEndpoints,
+    encode_naming_record,
+    naming_registration,
+)
 from .discovery.provider import ServiceProvider
 from .discovery.registry import ServiceRegistry
 from .discovery.strategies import (
@@ -307,6 +313,8 @@ __all__ = [
     "LostError",
     "Member",
     "Never",
+    "NamingEndpoint",
+    "NamingEndpoints",
     "NoInstancesError",
     "NodeCache",
     "NodeCacheEvent",
@@ -381,8 +389,10 @@ __all__ = [
     "election_observe",
     "election_proclaim",
     "election_resign",
+    "encode_naming_record",
     "get_participants",
     "leadership_events",
+    "naming_registration",
     "server_lock",
     "server_unlock",
     "state_after",

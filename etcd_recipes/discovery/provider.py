@@ -11,7 +11,8 @@ again by itself.
 
 Empty-snapshot protection: when the cached list drops from non-empty to **empty** (a resync
 that found nothing, a burst of lease expiries after a partition, an etcd restored from an old
-backup), the provider keeps serving the last non-empty list for ``empty_grace`` seconds,
+backup), the provider keeps serving the instances that left in that burst (within 3 s of each
+other: the list as it was before, not only its last survivor) for ``empty_grace`` seconds,
 ``is_stale`` is ``True`` meanwhile, a warning is logged, and the time spent stale is reported
 to the metrics hook as latency ``"discovery.stale"``. Any instance coming back ends it.
 
@@ -52,6 +53,7 @@ __all__ = ["ServiceProvider"]
 log = logging.getLogger("etcd_recipes.discovery")
 
 _MAX_NAP = 1.0  # seconds the follower sleeps at most between checks of its timers
+_BURST_WINDOW = 3.0  # seconds: departures this close together count as one burst
 
 
 class ServiceProvider(Recipe, Generic[PayloadT]):
@@ -128,6 +130,7 @@ class ServiceProvider(Recipe, Generic[PayloadT]):
         self._available: tuple[ServiceInstance[PayloadT], ...] = ()
         self._published: tuple[tuple[str, ServiceInstance[PayloadT]], ...] | None = None
         self._down: dict[str, float] = {}
+        self._gone: dict[str, tuple[float, ServiceInstance[PayloadT]]] = {}
         self._error_times: dict[str, deque[float]] = {}
         self._next_check = math.inf
         self._lists: Broadcast[tuple[ServiceInstance[PayloadT], ...]] = Broadcast(
@@ -250,18 +253,20 @@ class ServiceProvider(Recipe, Generic[PayloadT]):
             base = tuple(
                 i for i in source if i.enabled and (self._filter is None or self._filter(i))
             )
+            self._note_departures(now, source)
             if source:
                 if self._stale is not None:
                     self._end_stale(now, "instances are back")
-            elif had and self.empty_grace > 0 and self._stale is None and self._base:
-                self._stale = self._base
+            elif had and self.empty_grace > 0 and self._stale is None and self._gone:
+                # The burst: every available instance that left within the burst window.
+                self._stale = tuple(i for _, (_, i) in sorted(self._gone.items()))
                 self._stale_since, self._stale_until = now, now + self.empty_grace
                 log.warning(
                     "%s: the instance list went empty (cache %s); serving the last %d "
                     "instances for %.1fs, marked stale",
                     self.exception_context,
                     "synced" if self._cache.is_synced else "not synced",
-                    len(self._base),
+                    len(self._stale),
                     self.empty_grace,
                 )
             self._base = base
@@ -284,6 +289,18 @@ class ServiceProvider(Recipe, Generic[PayloadT]):
             self._published = marks
             if self._lifecycle == "started":
                 self._lists.publish(self._available)
+
+    def _note_departures(self, now: float, source: tuple[ServiceInstance[PayloadT], ...]) -> None:
+        """Remember the available instances that left the cache within the burst window
+        (what empty-snapshot protection serves); forget those that came back."""
+        present = {i.id for i in source}
+        for instance in self._base:
+            if instance.id not in present and instance.id not in self._gone:
+                self._gone[instance.id] = (now, instance)
+        horizon = now - _BURST_WINDOW
+        for instance_id, (left, _) in list(self._gone.items()):
+            if instance_id in present or left < horizon:
+                del self._gone[instance_id]
 
     def _end_stale(self, now: float, why: str) -> None:
         self._stale = None

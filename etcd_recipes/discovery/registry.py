@@ -161,7 +161,8 @@ class ServiceRegistry(Recipe, Generic[PayloadT]):
 
         Example::
 
-            from etcd_recipes import LeaseExpired, LeaseRestored, ServiceInstance, ServiceRegistry
+            from etcd_recipes import LeaseExpired, LeaseRestored
+            from etcd_recipes import ServiceInstance, ServiceRegistry
 
             async with ServiceRegistry(client, f"{prefix}/services") as registry:
                 me = ServiceInstance("orders", "", port=8080)

@@ -82,6 +82,7 @@ from etcd_recipes.codecs import (
     to_bytes,
 )
 from etcd_recipes.discovery.instance import ServiceInstance, ServiceType
+from etcd_recipes.discovery.naming import NamingEndpoint, encode_naming_record
 from etcd_recipes.discovery.strategies import (
     ProviderStrategy,
     RandomStrategy,
@@ -183,6 +184,7 @@ from etcd_recipes.sync.client import EtcdClient, connect
 from etcd_recipes.sync.counter import DistributedAtomicLong
 from etcd_recipes.sync.discovery.cache import ServiceCache
 from etcd_recipes.sync.discovery.facade import ServiceDiscovery
+from etcd_recipes.sync.discovery.naming import NamingEndpoints, naming_registration
 from etcd_recipes.sync.discovery.provider import ServiceProvider
 from etcd_recipes.sync.discovery.registry import ServiceRegistry
 from etcd_recipes.sync.election.latch import LeaderLatch
@@ -316,6 +318,8 @@ __all__ = [
     "MAX_PRIORITY",
     "Member",
     "NOOP_METRICS",
+    "NamingEndpoint",
+    "NamingEndpoints",
     "Never",
     "NoInstancesError",
     "NodeCache",
@@ -392,9 +396,11 @@ __all__ = [
     "election_observe",
     "election_proclaim",
     "election_resign",
+    "encode_naming_record",
     "fail_after",
     "get_participants",
     "leadership_events",
+    "naming_registration",
     "server_lock",
     "server_unlock",
     "state_after",

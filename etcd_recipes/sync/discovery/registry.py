@@ -101,7 +101,8 @@ class ServiceRegistry(Recipe, Generic[PayloadT], twin_of=_async.ServiceRegistry)
 
         Example::
 
-            from etcd_recipes.sync import LeaseExpired, LeaseRestored, ServiceInstance, ServiceRegistry
+            from etcd_recipes.sync import LeaseExpired, LeaseRestored
+            from etcd_recipes.sync import ServiceInstance, ServiceRegistry
 
             with ServiceRegistry(client, f"{prefix}/services") as registry:
                 me = ServiceInstance("orders", "", port=8080)
