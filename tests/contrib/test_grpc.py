@@ -209,3 +209,38 @@ async def test_targets_are_sorted_deduplicated_and_typed():
         "ipv6:[::1]:7,[::ffff:7f00:1]:7",
     )
     assert await build_target([inst("no-such-host.invalid", 7)]) is None
+
+
+async def test_a_mixed_ipv4_ipv6_list_is_dialled_as_one_ipv6_target(etcd_client, etcd_prefix):
+    server = grpc.aio.server()
+    names = {}
+
+    def who(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        return names[context.peer().startswith("ipv6:%5B::1%5D")].encode()
+
+    handler = grpc.unary_unary_rpc_method_handler(who)
+    server.add_generic_rpc_handlers(
+        [grpc.method_handlers_generic_handler("test.Who", {"Who": handler})]
+    )
+    port4 = server.add_insecure_port("127.0.0.1:0")
+    try:
+        port6 = server.add_insecure_port("[::1]:0")
+    except RuntimeError:
+        pytest.skip("no IPv6 loopback on this host")
+    names.update({True: "v6", False: "v4"})
+    await server.start()
+    path = etcd_prefix + "svc"
+    try:
+        async with (
+            ServiceRegistry(etcd_client, path) as registry,
+            ServiceProvider(etcd_client, path, "who") as provider,
+        ):
+            await registry.register(ServiceInstance("who", "", address="127.0.0.1", port=port4))
+            await registry.register(ServiceInstance("who", "", address="::1", port=port6))
+            await eventually(lambda: len(provider.instances()) == 2, what="both")
+            async with discovery_channel(provider) as channel:
+                assert channel.target == f"ipv6:[::1]:{port6},[::ffff:7f00:1]:{port4}"
+                who_call = channel.unary_unary("/test.Who/Who")
+                assert {(await who_call(b"", timeout=5)) for _ in range(6)} == {b"v4", b"v6"}
+    finally:
+        await server.stop(None)
