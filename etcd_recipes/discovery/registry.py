@@ -180,6 +180,8 @@ class ServiceRegistry(Recipe, Generic[PayloadT]):
             self._record_exception(LeaseEventError(event), f"lease {reg.key}")
         if isinstance(event, LeaseFailed) and self._regs.get(reg.key) is reg:
             del self._regs[reg.key]  # someone else's record is there now: ours is gone
+            if reg.lease is not None:
+                self._spawn(reg.lease.aclose(), f"close the lease of {reg.key}")
             log.warning(
                 "%s: %s could not be re-registered; dropped", self.exception_context, reg.key
             )
@@ -192,33 +194,41 @@ class ServiceRegistry(Recipe, Generic[PayloadT]):
 
         async def establish(lease_id: int) -> bool:
             async with reg.lock:
-                data, key = reg.data, reg.key
-                r = await settled(
-                    client.txn(
-                        [Cmp.missing(key)], [Op.put(key, data, lease=lease_id)], [Op.get(key)]
+                key = reg.key
+                for _ in range(3):  # the record may vanish between our two transactions
+                    data = reg.data
+                    r = await settled(
+                        client.txn(
+                            [Cmp.missing(key)], [Op.put(key, data, lease=lease_id)], [Op.get(key)]
+                        )
                     )
-                )
-                if r.succeeded:
-                    reg.owned = lease_id
-                    return True
-                kvs = _read(r)
-                if not (kvs and reg.owned and kvs[0].lease == reg.owned):
-                    return False  # not ours (or the first registration): never overwrite
-                # Ours, on the lease we gave up on (etcd came back with it): move it over.
-                r = await settled(
-                    client.txn(
-                        [Cmp.mod_revision(key) == kvs[0].mod_revision],
-                        [Op.put(key, data, lease=lease_id)],
+                    if r.succeeded:
+                        reg.owned = lease_id
+                        return True
+                    kvs = _read(r)
+                    if not kvs:
+                        continue  # deleted since: create it
+                    if not (reg.owned and kvs[0].lease == reg.owned):
+                        return False  # not ours (or the first registration): never overwrite
+                    # Ours, on the lease we gave up on (etcd came back with it): move it over.
+                    r = await settled(
+                        client.txn(
+                            [Cmp.mod_revision(key) == kvs[0].mod_revision],
+                            [Op.put(key, data, lease=lease_id)],
+                        )
                     )
-                )
-                if not r.succeeded:
-                    return False
-                old, reg.owned = reg.owned, lease_id
-                log.info(
-                    "%s: %s moved from lease %x to %x", self.exception_context, key, old, lease_id
-                )
-                self._spawn(client.lease_revoke(old), f"revoke {old:x}")
-                return True
+                    if r.succeeded:
+                        old, reg.owned = reg.owned, lease_id
+                        log.info(
+                            "%s: %s moved from lease %x to %x",
+                            self.exception_context,
+                            key,
+                            old,
+                            lease_id,
+                        )
+                        self._spawn(client.lease_revoke(old), f"revoke {old:x}")
+                        return True
+                return False
 
         return establish
 
