@@ -68,9 +68,18 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "etcd_recipes.contrib.asgi needs Starlette: pip install 'etcd-recipes[asgi]'"
     ) from exc
 
-from .. import Cmp, DistributedMutex, EtcdClient, LeaderSelector, LeadershipTerm, LockHold, Op
+from .. import (
+    Cmp,
+    DistributedMutex,
+    EtcdClient,
+    InvalidArgumentError,
+    LeaderSelector,
+    LeadershipLostError,
+    LeadershipTerm,
+    LockHold,
+    Op,
+)
 from .. import connect as _connect
-from ..errors import InvalidArgumentError, LeadershipLostError
 
 __all__ = [
     "BackgroundJob",

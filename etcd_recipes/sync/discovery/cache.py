@@ -14,6 +14,7 @@ from etcd_recipes.codecs import Codec
 from etcd_recipes.discovery import cache as _async
 from etcd_recipes.discovery.instance import ServiceInstance
 from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._twin import check_twin
 
 if TYPE_CHECKING:
     from etcd_recipes.sync._core.streams import EventStream
@@ -52,6 +53,7 @@ class ServiceCache(Recipe, Generic[PayloadT], twin_of=_async.ServiceCache):
         codec: Codec[PayloadT] | None = None,
         client_id: str | None = None,
     ) -> None:
+        check_twin(client, "client")
         value = client._rt.call_sync(
             _async.ServiceCache, client._a, service_path, name, codec=codec, client_id=client_id
         )

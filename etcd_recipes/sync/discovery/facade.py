@@ -15,6 +15,7 @@ from etcd_recipes.discovery.registry import DEFAULT_TTL
 from etcd_recipes.discovery.strategies import InstanceFilter, ProviderStrategy
 from etcd_recipes.events import LeaseEvent
 from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._twin import check_twin
 
 if TYPE_CHECKING:
     from etcd_recipes.sync.client import EtcdClient
@@ -54,6 +55,7 @@ class ServiceDiscovery(Recipe, Generic[PayloadT], twin_of=_async.ServiceDiscover
         codec: Codec[PayloadT] | None = None,
         client_id: str | None = None,
     ) -> None:
+        check_twin(client, "client")
         value = client._rt.call_sync(
             _async.ServiceDiscovery,
             client._a,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from etcd_recipes.discovery import naming as _async
 from etcd_recipes.discovery.naming import NamingEndpoint
 from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._twin import check_twin
 
 if TYPE_CHECKING:
     from etcd_recipes.sync._core.streams import EventStream
@@ -34,6 +35,7 @@ class NamingEndpoints(Recipe, twin_of=_async.NamingEndpoints):
     _a: _async.NamingEndpoints
 
     def __init__(self, client: EtcdClient, target: str, *, client_id: str | None = None) -> None:
+        check_twin(client, "client")
         value = client._rt.call_sync(_async.NamingEndpoints, client._a, target, client_id=client_id)
         self._bind(client._rt, value, client._owner())
 
@@ -89,6 +91,7 @@ def naming_registration(
                 assert [e.addr for e in view.endpoints()] == ["127.0.0.1:50051"]
         assert client.get(f"{target}/127.0.0.1:50051") is None
     """
+    check_twin(client, "client")
     value = client._rt.call_sync(
         _async.naming_registration, client._a, target, addr, metadata=metadata, key=key, ttl=ttl
     )

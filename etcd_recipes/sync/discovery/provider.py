@@ -12,6 +12,7 @@ from etcd_recipes.discovery import provider as _async
 from etcd_recipes.discovery.instance import ServiceInstance
 from etcd_recipes.discovery.strategies import InstanceFilter, ProviderStrategy
 from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._twin import check_twin
 
 if TYPE_CHECKING:
     from etcd_recipes.sync._core.streams import EventStream
@@ -65,6 +66,7 @@ class ServiceProvider(Recipe, Generic[PayloadT], twin_of=_async.ServiceProvider)
         codec: Codec[PayloadT] | None = None,
         client_id: str | None = None,
     ) -> None:
+        check_twin(client, "client")
         value = client._rt.call_sync(
             _async.ServiceProvider,
             client._a,

@@ -15,6 +15,7 @@ from etcd_recipes.discovery.instance import ServiceInstance
 from etcd_recipes.discovery.registry import DEFAULT_TTL
 from etcd_recipes.events import LeaseEvent
 from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._twin import check_twin
 
 if TYPE_CHECKING:
     from etcd_recipes.sync._core.streams import EventStream
@@ -56,6 +57,7 @@ class ServiceRegistry(Recipe, Generic[PayloadT], twin_of=_async.ServiceRegistry)
         codec: Codec[PayloadT] | None = None,
         client_id: str | None = None,
     ) -> None:
+        check_twin(client, "client")
         value = client._rt.call_sync(
             _async.ServiceRegistry,
             client._a,
