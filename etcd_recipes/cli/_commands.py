@@ -103,22 +103,25 @@ def _role(leader: bool, learner: bool) -> str:
 
 
 async def _contenders(client: EtcdClient, path: str) -> list[dict[str, Any]]:
-    """The lock's keys in arrival order (create revision): the first holds it."""
-    read = await client.get_prefix(path + "/")
-    kvs = sorted(read.kvs, key=lambda kv: kv.create_revision)
+    """The lock's keys in arrival order, as the mutex itself lists them: the first holds it."""
+    mutex = DistributedMutex(client, path)
+    try:
+        entries = await mutex.contenders()
+    finally:
+        await mutex.aclose()
     out = []
-    for i, kv in enumerate(kvs):
+    for entry in entries:
         ttl = None
-        if kv.lease:
-            ttl = (await client.lease_time_to_live(kv.lease)).ttl
+        if entry.lease_id:
+            ttl = (await client.lease_time_to_live(entry.lease_id)).ttl
         out.append(
             {
-                "key": kv.key_text,
-                "role": "holder" if i == 0 else "waiter",
-                "fencing_token": kv.create_revision,
-                "lease": f"{kv.lease:x}" if kv.lease else None,
+                "key": entry.key.decode("utf-8", errors="replace"),
+                "role": "holder" if entry.is_holder else "waiter",
+                "fencing_token": entry.create_revision,
+                "lease": f"{entry.lease_id:x}" if entry.lease_id else None,
                 "ttl_left": ttl,
-                "value": kv.value.decode("utf-8", errors="replace"),
+                "value": entry.value.decode("utf-8", errors="replace"),
             }
         )
     return out
