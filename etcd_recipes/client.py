@@ -42,21 +42,19 @@ from ._core.endpoints import ChannelSpec, build_channel
 from ._core.keys import key_bytes
 from ._core.lease import LeaseKeeper
 from ._core.lifecycle import misuse_error, verify
-from ._core.rpc import AuthManager, RpcRunner
+from ._core.rpc import UNSET, AuthManager, RpcRunner
 from ._core.services import ServiceCalls
 from ._core.txn import AnyOp, Compare
-from ._core.validate import check_timeout, check_ttl
+from ._core.validate import check_timeout
 from ._core.watch import ResyncHook, Watch
 from ._core.watch_hub import WatchHub
 from ._core.wire import Wire
 from .codecs import to_bytes
-from .errors import ClientClosedError, EtcdRecipeError, InvalidArgumentError
+from .errors import ClientClosedError, InvalidArgumentError
 from .resilience import ResilienceConfig, RpcResilience, WatchResilience
 from .types import (
     DeleteResult,
     KeyValue,
-    LeaseGrant,
-    LeaseInfo,
     Member,
     PutResult,
     RangeResult,
@@ -70,8 +68,6 @@ __all__ = ["EtcdClient", "connect"]
 
 log = logging.getLogger("etcd_recipes.client")
 _loop = asyncio._get_running_loop  # None outside a loop (get_running_loop raises)
-
-_UNSET: Any = ...
 
 
 class EtcdClient(ServiceCalls, ConnectionStateCalls):
@@ -176,7 +172,7 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         self._watches = WatchHub(wire)
         self._lease_keeper = LeaseKeeper(wire)
         try:
-            await verify(wire, self._connect_timeout)
+            await verify(wire, self._connect_timeout, secure=self._spec.secure)
         except BaseException:
             await self.aclose()
             raise
@@ -242,7 +238,7 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         request: Any,
         *,
         retry: bool = True,
-        timeout: float | None = _UNSET,
+        timeout: float | None = UNSET,
         resilience: RpcResilience | None = None,
         detached: bool = False,
     ) -> Coroutine[Any, Any, Any]:
@@ -264,7 +260,7 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         *,
         revision: int = 0,
         serializable: bool = False,
-        timeout: float | None = _UNSET,
+        timeout: float | None = UNSET,
     ) -> KeyValue | None:
         """Read one key; ``None`` when it does not exist.
 
@@ -293,7 +289,7 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         serializable: bool = False,
         max_create_revision: int = 0,
         min_mod_revision: int = 0,
-        timeout: float | None = _UNSET,
+        timeout: float | None = UNSET,
     ) -> RangeResult:
         """Read a key, a prefix (``prefix=True``) or the range ``[key, range_end)``.
 
@@ -335,12 +331,12 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         return self._range_result(resp)
 
     async def get_prefix(
-        self, prefix: bytes | str, *, timeout: float | None = _UNSET, **kwargs: Any
+        self, prefix: bytes | str, *, timeout: float | None = UNSET, **kwargs: Any
     ) -> RangeResult:
         """Shorthand for ``range(prefix, prefix=True, ...)``."""
         return await self.range(prefix, prefix=True, timeout=timeout, **kwargs)
 
-    async def count(self, prefix: bytes | str, *, timeout: float | None = _UNSET) -> int:
+    async def count(self, prefix: bytes | str, *, timeout: float | None = UNSET) -> int:
         """How many keys start with ``prefix`` (one count-only RPC)."""
         return (await self.get_prefix(prefix, count_only=True, timeout=timeout)).count
 
@@ -351,7 +347,7 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         *,
         lease: int = 0,
         prev_kv: bool = False,
-        timeout: float | None = _UNSET,
+        timeout: float | None = UNSET,
     ) -> PutResult:
         """Write ``value`` at ``key`` (optionally attached to ``lease``).
 
@@ -372,7 +368,7 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         prefix: bool = False,
         range_end: bytes | str | None = None,
         prev_kv: bool = False,
-        timeout: float | None = _UNSET,
+        timeout: float | None = UNSET,
     ) -> DeleteResult:
         """Delete a key, a prefix (``prefix=True``) or the range ``[key, range_end)``.
 
@@ -397,7 +393,7 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         success: Sequence[AnyOp] = (),
         failure: Sequence[AnyOp] = (),
         *,
-        timeout: float | None = _UNSET,
+        timeout: float | None = UNSET,
     ) -> TxnResult:
         """Run a transaction: if every compare holds, the ``success`` ops, else ``failure``.
 
@@ -424,7 +420,7 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         return self._conv.txn_result(resp)
 
     async def compact(
-        self, revision: int, *, physical: bool = False, timeout: float | None = _UNSET
+        self, revision: int, *, physical: bool = False, timeout: float | None = UNSET
     ) -> None:
         """Discard history older than ``revision`` (watches below it get a compaction error)."""
         req = pb.CompactionRequest(revision=revision, physical=physical)
@@ -432,64 +428,19 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
 
     # ------------------------------------------------------------------ cluster
 
-    async def status(self, *, timeout: float | None = _UNSET) -> Status:
+    async def status(self, *, timeout: float | None = UNSET) -> Status:
         """The status of the member that answers (version, leader, revision, ...)."""
         resp = await self._call(
             "status", "Status", pb.MaintenanceStub, pb.StatusRequest(), timeout=timeout
         )
         return status_result(resp)
 
-    async def member_list(self, *, timeout: float | None = _UNSET) -> list[Member]:
+    async def member_list(self, *, timeout: float | None = UNSET) -> list[Member]:
         """The members of the cluster."""
         resp = await self._call(
             "member_list", "MemberList", pb.ClusterStub, pb.MemberListRequest(), timeout=timeout
         )
         return members_result(resp)
-
-    async def ping(self) -> bool:
-        """True if a count-only read of ``health-check-probe`` succeeds (never raises)."""
-        try:
-            await self.range("health-check-probe", count_only=True)
-        except EtcdRecipeError:
-            return False
-        return True
-
-    # ------------------------------------------------------------------ leases
-
-    async def lease_grant(self, ttl: float, *, timeout: float | None = _UNSET) -> LeaseGrant:
-        """Grant a lease of ``ttl`` whole seconds (the server may grant more).
-
-        Prefer :meth:`lease` (kept alive, revoked on exit) for anything but one-off keys.
-        """
-        req = pb.LeaseGrantRequest(TTL=check_ttl(ttl))
-        resp = await self._call("lease_grant", "LeaseGrant", pb.LeaseStub, req, timeout=timeout)
-        return LeaseGrant(id=int(resp.ID), ttl=int(resp.TTL))
-
-    async def lease_revoke(self, lease_id: int, *, timeout: float | None = _UNSET) -> bool:
-        """Revoke a lease, deleting its keys. Best-effort: False (logged) instead of raising."""
-        try:
-            await self._call(
-                "lease_revoke",
-                "LeaseRevoke",
-                pb.LeaseStub,
-                pb.LeaseRevokeRequest(ID=lease_id),
-                retry=False,
-                timeout=timeout,
-            )
-            return True
-        except EtcdRecipeError as exc:
-            log.info("revoking lease %x failed (it will expire at its TTL): %s", lease_id, exc)
-            return False
-
-    async def lease_time_to_live(
-        self, lease_id: int, *, keys: bool = False, timeout: float | None = _UNSET
-    ) -> LeaseInfo:
-        """A lease's remaining TTL (``-1`` when it does not exist) and, optionally, its keys."""
-        req = pb.LeaseTimeToLiveRequest(ID=lease_id, keys=keys)
-        resp = await self._call(
-            "lease_time_to_live", "LeaseTimeToLive", pb.LeaseStub, req, timeout=timeout
-        )
-        return self._conv.lease_info(resp)
 
     # ------------------------------------------------------------------ watches
 

@@ -19,26 +19,35 @@ from ..errors import (
     TlsHandshakeError,
     WrongEventLoopError,
 )
+from .caller import close_method
 from .rpc import await_call, await_stream_op
 from .wire import Wire
 
 __all__ = ["keep_alive_once", "misuse_error", "verify"]
 
 
-async def verify(wire: Wire, connect_timeout: float) -> None:
+_TLS_HINT = " (if the server uses TLS, connect with https:// or ca_cert=)"
+
+
+async def verify(wire: Wire, connect_timeout: float, *, secure: bool = False) -> None:
     """Authenticate (if configured) and wait until a member answers ``Status``, retrying
-    connection failures for up to ``connect_timeout`` seconds."""
+    connection failures for up to ``connect_timeout`` seconds.
+
+    A plain-text client that never got an answer, whose connections the server closes at
+    once ("Socket closed"), is most likely talking to a TLS server: only then does the error
+    suggest TLS (a server killed later closes sockets too, and says nothing about TLS)."""
     # Deadlines are gRPC's own: grpc.aio turns an outer cancel scope's cancellation into
     # a fresh CancelledError that anyio would not recognise as its timeout.
     loop = asyncio.get_running_loop()
     deadline = loop.time() + connect_timeout
     last: EtcdRecipeError | None = None
+    hint = ""
     while True:
         remaining = deadline - loop.time()
         if remaining <= 0:
             raise EtcdConnectionError(
                 f"no etcd endpoint answered within {connect_timeout}s: "
-                f"[{wire.endpoints}]" + (f"; last error: {last}" if last else "")
+                f"[{wire.endpoints}]" + (f"; last error: {last}" if last else "") + hint
             ) from last
         try:
             if wire.auth is not None:
@@ -55,6 +64,8 @@ async def verify(wire: Wire, connect_timeout: float) -> None:
             if not retriable or isinstance(mapped, TlsHandshakeError):
                 raise mapped from None
             last = mapped
+            if not secure and "socket closed" in str(mapped).lower():
+                hint = _TLS_HINT
             await asyncio.sleep(min(0.05, max(0.0, deadline - loop.time())))
 
 
@@ -64,7 +75,7 @@ def misuse_error(state: str, pid: int, loop: asyncio.AbstractEventLoop | None) -
         return ClientClosedError(
             "the client is not open: use 'async with connect(...)' or 'await client.open()'"
             if state == "new"
-            else "the client was closed"
+            else f"the client was closed ({close_method()} was called)"
         )
     if os.getpid() != pid:
         return ForkedProcessError(

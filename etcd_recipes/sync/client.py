@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from etcd_recipes import client as _async
 from etcd_recipes._core.connectivity import ClientStateListener
+from etcd_recipes._core.rpc import UNSET
 from etcd_recipes._core.txn import AnyOp, Compare
-from etcd_recipes.client import _UNSET
 from etcd_recipes.codecs import Codec
 from etcd_recipes.events import ConnectionState
 from etcd_recipes.resilience import LeaseResilience, ResilienceConfig, WatchResilience
@@ -127,7 +127,7 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
         *,
         revision: int = 0,
         serializable: bool = False,
-        timeout: float | None = _UNSET,
+        timeout: float | None = UNSET,
     ) -> KeyValue | None:
         """Read one key; ``None`` when it does not exist.
 
@@ -156,7 +156,7 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
         serializable: bool = False,
         max_create_revision: int = 0,
         min_mod_revision: int = 0,
-        timeout: float | None = _UNSET,
+        timeout: float | None = UNSET,
     ) -> RangeResult:
         """Read a key, a prefix (``prefix=True``) or the range ``[key, range_end)``.
 
@@ -198,12 +198,12 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
         )
 
     def get_prefix(
-        self, prefix: bytes | str, *, timeout: float | None = _UNSET, **kwargs: Any
+        self, prefix: bytes | str, *, timeout: float | None = UNSET, **kwargs: Any
     ) -> RangeResult:
         """Shorthand for ``range(prefix, prefix=True, ...)``."""
         return self._rt.call(self._a.get_prefix, prefix, timeout=timeout, **kwargs)
 
-    def count(self, prefix: bytes | str, *, timeout: float | None = _UNSET) -> int:
+    def count(self, prefix: bytes | str, *, timeout: float | None = UNSET) -> int:
         """How many keys start with ``prefix`` (one count-only RPC)."""
         return self._rt.call(self._a.count, prefix, timeout=timeout)
 
@@ -214,7 +214,7 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
         *,
         lease: int = 0,
         prev_kv: bool = False,
-        timeout: float | None = _UNSET,
+        timeout: float | None = UNSET,
     ) -> PutResult:
         """Write ``value`` at ``key`` (optionally attached to ``lease``).
 
@@ -232,7 +232,7 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
         prefix: bool = False,
         range_end: bytes | str | None = None,
         prev_kv: bool = False,
-        timeout: float | None = _UNSET,
+        timeout: float | None = UNSET,
     ) -> DeleteResult:
         """Delete a key, a prefix (``prefix=True``) or the range ``[key, range_end)``.
 
@@ -257,7 +257,7 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
         success: Sequence[AnyOp] = (),
         failure: Sequence[AnyOp] = (),
         *,
-        timeout: float | None = _UNSET,
+        timeout: float | None = UNSET,
     ) -> TxnResult:
         """Run a transaction: if every compare holds, the ``success`` ops, else ``failure``.
 
@@ -276,39 +276,18 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
         return self._rt.call(self._a.txn, compare, success, failure, timeout=timeout)
 
     def compact(
-        self, revision: int, *, physical: bool = False, timeout: float | None = _UNSET
+        self, revision: int, *, physical: bool = False, timeout: float | None = UNSET
     ) -> None:
         """Discard history older than ``revision`` (watches below it get a compaction error)."""
         self._rt.call(self._a.compact, revision, physical=physical, timeout=timeout)
 
-    def status(self, *, timeout: float | None = _UNSET) -> Status:
+    def status(self, *, timeout: float | None = UNSET) -> Status:
         """The status of the member that answers (version, leader, revision, ...)."""
         return self._rt.call(self._a.status, timeout=timeout)
 
-    def member_list(self, *, timeout: float | None = _UNSET) -> list[Member]:
+    def member_list(self, *, timeout: float | None = UNSET) -> list[Member]:
         """The members of the cluster."""
         return self._rt.call(self._a.member_list, timeout=timeout)
-
-    def ping(self) -> bool:
-        """True if a count-only read of ``health-check-probe`` succeeds (never raises)."""
-        return self._rt.call(self._a.ping)
-
-    def lease_grant(self, ttl: float, *, timeout: float | None = _UNSET) -> LeaseGrant:
-        """Grant a lease of ``ttl`` whole seconds (the server may grant more).
-
-        Prefer :meth:`lease` (kept alive, revoked on exit) for anything but one-off keys.
-        """
-        return self._rt.call(self._a.lease_grant, ttl, timeout=timeout)
-
-    def lease_revoke(self, lease_id: int, *, timeout: float | None = _UNSET) -> bool:
-        """Revoke a lease, deleting its keys. Best-effort: False (logged) instead of raising."""
-        return self._rt.call(self._a.lease_revoke, lease_id, timeout=timeout)
-
-    def lease_time_to_live(
-        self, lease_id: int, *, keys: bool = False, timeout: float | None = _UNSET
-    ) -> LeaseInfo:
-        """A lease's remaining TTL (``-1`` when it does not exist) and, optionally, its keys."""
-        return self._rt.call(self._a.lease_time_to_live, lease_id, keys=keys, timeout=timeout)
 
     def watch(
         self,
@@ -513,6 +492,23 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
         """
         return self._rt.call(self._a.put_value, key, value, codec, lease=lease)
 
+    def lease_grant(self, ttl: float, *, timeout: float | None = UNSET) -> LeaseGrant:
+        """Grant a lease of ``ttl`` whole seconds (the server may grant more).
+
+        Prefer :meth:`lease` (kept alive, revoked on exit) for anything but one-off keys.
+        """
+        return self._rt.call(self._a.lease_grant, ttl, timeout=timeout)
+
+    def lease_revoke(self, lease_id: int, *, timeout: float | None = UNSET) -> bool:
+        """Revoke a lease, deleting its keys. Best-effort: False (logged) instead of raising."""
+        return self._rt.call(self._a.lease_revoke, lease_id, timeout=timeout)
+
+    def lease_time_to_live(
+        self, lease_id: int, *, keys: bool = False, timeout: float | None = UNSET
+    ) -> LeaseInfo:
+        """A lease's remaining TTL (``-1`` when it does not exist) and, optionally, its keys."""
+        return self._rt.call(self._a.lease_time_to_live, lease_id, keys=keys, timeout=timeout)
+
     def lease_keep_alive_once(self, lease_id: int) -> int:
         """Renew a lease once on the shared stream's schedule-free path; returns the new TTL
         (``0`` when the lease no longer exists)."""
@@ -578,6 +574,18 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
     def remove_connection_state_listener(self, listener: ClientStateListener) -> None:
         """Stop calling ``listener``."""
         self._rt.call_sync(self._a.remove_connection_state_listener, self._rt.listener(listener))
+
+    def ping(self, *, timeout: float = 2.0) -> bool:
+        """Whether etcd answers a count-only read of ``health-check-probe`` within
+        ``timeout`` seconds: one attempt, never retried, ``False`` instead of raising (also on
+        a closed client) -- a readiness probe, bounded even against a hung server.
+
+        Example::
+
+            assert client.ping()
+            assert client.ping(timeout=0.5)
+        """
+        return self._rt.call(self._a.ping, timeout=timeout)
 
     def connection_states(self) -> EventStream[ConnectionState]:
         """The connection state now, then each change, as a blocking iterator that ends when the
