@@ -44,6 +44,7 @@ from ._core.lease import LeaseKeeper
 from ._core.lifecycle import misuse_error, verify
 from ._core.rpc import UNSET, AuthManager, RpcRunner
 from ._core.services import ServiceCalls
+from ._core.settings import resolve_settings
 from ._core.txn import AnyOp, Compare
 from ._core.validate import check_timeout
 from ._core.watch import ResyncHook, Watch
@@ -510,8 +511,12 @@ def connect(
     """Configure a client (no I/O); ``async with`` (or ``await client.open()``) connects.
 
     :param endpoints: ``"host:port"``, ``"http://host:port"``, ``"https://host:port"``, a list
-        of those, or a comma-separated string; ``None`` reads ``$ETCD_ENDPOINTS``.
-        ``https://`` (or ``ca_cert=``) turns TLS on.
+        of those, or a comma-separated string. ``https://`` (or ``ca_cert=``) turns TLS on.
+        ``None`` reads the environment: ``$ETCD_ENDPOINTS``, else etcdctl's
+        ``$ETCDCTL_ENDPOINTS``; then every argument below that is not given comes from
+        etcdctl's variables too: ``$ETCDCTL_CACERT``, ``$ETCDCTL_CERT``, ``$ETCDCTL_KEY``, and
+        ``$ETCDCTL_USER`` (``user:password``, or ``user`` with ``$ETCDCTL_PASSWORD``).
+        Explicit arguments win; explicit endpoints read nothing from the environment.
     :param user: user name for etcd auth (``password`` with it); tokens are refreshed on expiry.
     :param ca_cert: CA bundle (path or PEM) to verify servers; ``cert``/``key`` add a client
         certificate (mutual TLS).
@@ -529,22 +534,23 @@ def connect(
         async with connect(endpoints, namespace=prefix, connect_timeout=5) as app:
             await app.put("/k", b"v")  # stored at prefix + "/k"
     """
-    if (user is None) != (password is None):
-        raise InvalidArgumentError("give both user= and password=, or neither")
+    got = resolve_settings(
+        endpoints, ca_cert=ca_cert, cert=cert, key=key, user=user, password=password
+    )
     check_timeout(connect_timeout, what="connect_timeout", optional=False)
     spec = ChannelSpec.create(
-        endpoints,
-        ca_cert=ca_cert,
-        cert=cert,
-        key=key,
+        got.endpoints,
+        ca_cert=got.ca_cert,
+        cert=got.cert,
+        key=got.key,
         keepalive_time=keepalive_time,
         keepalive_timeout=keepalive_timeout,
     )
     ns = b"" if namespace is None else key_bytes(namespace, allow_empty=True)
     return EtcdClient(
         spec,
-        user=user,
-        password=password,
+        user=got.user,
+        password=got.password,
         namespace=ns,
         resilience=resilience or ResilienceConfig(),
         connect_timeout=connect_timeout,

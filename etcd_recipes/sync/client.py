@@ -625,8 +625,12 @@ def connect(
     """Configure a client (no I/O); ``with`` (or ``client.open()``) connects.
 
     :param endpoints: ``"host:port"``, ``"http://host:port"``, ``"https://host:port"``, a list
-        of those, or a comma-separated string; ``None`` reads ``$ETCD_ENDPOINTS``.
-        ``https://`` (or ``ca_cert=``) turns TLS on.
+        of those, or a comma-separated string. ``https://`` (or ``ca_cert=``) turns TLS on.
+        ``None`` reads the environment: ``$ETCD_ENDPOINTS``, else etcdctl's
+        ``$ETCDCTL_ENDPOINTS``; then every argument below that is not given comes from
+        etcdctl's variables too: ``$ETCDCTL_CACERT``, ``$ETCDCTL_CERT``, ``$ETCDCTL_KEY``, and
+        ``$ETCDCTL_USER`` (``user:password``, or ``user`` with ``$ETCDCTL_PASSWORD``).
+        Explicit arguments win; explicit endpoints read nothing from the environment.
     :param user: user name for etcd auth (``password`` with it); tokens are refreshed on expiry.
     :param ca_cert: CA bundle (path or PEM) to verify servers; ``cert``/``key`` add a client
         certificate (mutual TLS).
