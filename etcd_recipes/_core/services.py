@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import AsyncIterator, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import anyio
 import grpc
@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 __all__ = ["ServiceCalls"]
 
 _MESSAGES = v3election.MESSAGES
+T = TypeVar("T")
+D = TypeVar("D")
 log = logging.getLogger("etcd_recipes.client")
 
 
@@ -326,8 +328,18 @@ class ServiceCalls:
 
     # ------------------------------------------------------------------ typed helpers
 
-    async def get_value(self, key: bytes | str, codec: Codec[Any], *, default: Any = None) -> Any:
-        """Read ``key`` and decode it with ``codec``; ``default`` when absent.
+    @overload
+    async def get_value(self, key: bytes | str, codec: Codec[T]) -> T | None: ...
+
+    @overload
+    async def get_value(self, key: bytes | str, codec: Codec[T], *, default: D) -> T | D: ...
+
+    async def get_value(
+        self, key: bytes | str, codec: Codec[T], *, default: D | None = None
+    ) -> T | D | None:
+        """Read ``key`` and decode it with ``codec``; ``default`` (``None`` unless given) when
+        absent. The result is typed by the codec: ``int`` for :data:`~etcd_recipes.INT64`,
+        ``int | None`` without a default.
 
         A decode failure raises :class:`~etcd_recipes.errors.CodecError`.
 
@@ -343,9 +355,10 @@ class ServiceCalls:
         return default if kv is None else codec.decode(kv.value)
 
     async def put_value(
-        self, key: bytes | str, value: Any, codec: Codec[Any], *, lease: int = 0
+        self, key: bytes | str, value: T, codec: Codec[T], *, lease: int = 0
     ) -> PutResult:
-        """Encode ``value`` with ``codec`` and write it at ``key``.
+        """Encode ``value`` with ``codec`` and write it at ``key``; ``value`` must be of the
+        codec's type (``put_value(k, "7", INT64)`` is a type error).
 
         Example::
 

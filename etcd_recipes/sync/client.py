@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from etcd_recipes import client as _async
 from etcd_recipes._core.connectivity import ClientStateListener
@@ -38,6 +38,9 @@ if TYPE_CHECKING:
     from etcd_recipes.sync._core.watch import Watch
 
 __all__ = ["EtcdClient", "connect"]
+
+D = TypeVar("D")
+T = TypeVar("T")
 
 
 class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
@@ -463,8 +466,16 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
         """
         self._rt.call(self._a.election_resign, leader)
 
-    def get_value(self, key: bytes | str, codec: Codec[Any], *, default: Any = None) -> Any:
-        """Read ``key`` and decode it with ``codec``; ``default`` when absent.
+    @overload
+    def get_value(self, key: bytes | str, codec: Codec[T]) -> T | None: ...
+    @overload
+    def get_value(self, key: bytes | str, codec: Codec[T], *, default: D) -> T | D: ...
+    def get_value(
+        self, key: bytes | str, codec: Codec[T], *, default: D | None = None
+    ) -> T | D | None:
+        """Read ``key`` and decode it with ``codec``; ``default`` (``None`` unless given) when
+        absent. The result is typed by the codec: ``int`` for :data:`~etcd_recipes.INT64`,
+        ``int | None`` without a default.
 
         A decode failure raises :class:`~etcd_recipes.errors.CodecError`.
 
@@ -479,9 +490,10 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
         return self._rt.call(self._a.get_value, key, codec, default=default)
 
     def put_value(
-        self, key: bytes | str, value: Any, codec: Codec[Any], *, lease: int = 0
+        self, key: bytes | str, value: T, codec: Codec[T], *, lease: int = 0
     ) -> PutResult:
-        """Encode ``value`` with ``codec`` and write it at ``key``.
+        """Encode ``value`` with ``codec`` and write it at ``key``; ``value`` must be of the
+        codec's type (``put_value(k, "7", INT64)`` is a type error).
 
         Example::
 
