@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import sys
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -41,12 +42,12 @@ from ._core.convert import status as status_result
 from ._core.endpoints import ChannelSpec, build_channel
 from ._core.keys import key_bytes
 from ._core.lease import LeaseKeeper
-from ._core.lifecycle import misuse_error, verify
-from ._core.rpc import UNSET, AuthManager, RpcRunner
+from ._core.lifecycle import misuse_error, verify, without_learners
+from ._core.rpc import DEFAULT_MAX_REQUEST_BYTES, UNSET, AuthManager, RpcRunner, request_too_large
 from ._core.services import ServiceCalls
 from ._core.settings import resolve_settings
 from ._core.txn import AnyOp, Compare
-from ._core.validate import check_timeout
+from ._core.validate import check_count, check_timeout
 from ._core.watch import ResyncHook, Watch
 from ._core.watch_hub import WatchHub
 from ._core.wire import Wire
@@ -99,8 +100,10 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         namespace: bytes,
         resilience: ResilienceConfig,
         connect_timeout: float,
+        max_request_bytes: int | None = DEFAULT_MAX_REQUEST_BYTES,
     ) -> None:
         self._spec = spec
+        self._max_request = sys.maxsize if max_request_bytes is None else max_request_bytes
         self._resilience = resilience
         self._namespace = namespace
         self._connect_timeout = connect_timeout
@@ -174,9 +177,17 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         self._lease_keeper = LeaseKeeper(wire)
         try:
             await verify(wire, self._connect_timeout, secure=self._spec.secure)
+            voting = await without_learners(self)
         except BaseException:
             await self.aclose()
             raise
+        if voting is not None:  # the same channel settings, minus the learners
+            old, self._channel = self._channel, build_channel(voting)
+            self._stubs.clear()
+            if self._auth is not None:
+                self._auth.bind(self._channel)
+            with contextlib.suppress(Exception):
+                await old.close()
         self._conn.start(self._channel)
         return self
 
@@ -357,7 +368,10 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
             rev = (await client.put(prefix + "/k", "v")).revision
             assert (await client.get(prefix + "/k")).mod_revision == rev
         """
-        req = pb.PutRequest(key=self._k(key), value=to_bytes(value), lease=lease, prev_kv=prev_kv)
+        k, v = self._k(key), to_bytes(value)
+        if len(k) + len(v) > self._max_request:  # the server would refuse it: do not send it
+            raise request_too_large("put", len(k) + len(v), self._max_request)
+        req = pb.PutRequest(key=k, value=v, lease=lease, prev_kv=prev_kv)
         resp = await self._call("put", "Put", pb.KVStub, req, timeout=timeout)
         prev = self._kv(resp.prev_kv) if resp.HasField("prev_kv") else None
         return PutResult(revision=int(resp.header.revision), prev_kv=prev)
@@ -411,6 +425,8 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
             assert not r.succeeded and r.responses[0].kvs[0].value == b"me"
         """
         req = self._conv.txn_pb(compare, success, failure)
+        if (size := req.ByteSize()) > self._max_request:
+            raise request_too_large("txn", size, self._max_request)
         # etcd 3.5.0-3.5.2 panic when a *read-only* transaction is cancelled server-side:
         # those are never cancelled there (see RpcRunner.call). Writes are applied through
         # raft without the request's context, so they keep the normal, cancellable path.
@@ -507,6 +523,7 @@ def connect(
     connect_timeout: float = 5.0,
     keepalive_time: float = 5.0,
     keepalive_timeout: float = 2.0,
+    max_request_bytes: int | None = DEFAULT_MAX_REQUEST_BYTES,
 ) -> EtcdClient:
     """Configure a client (no I/O); ``async with`` (or ``await client.open()``) connects.
 
@@ -526,6 +543,9 @@ def connect(
     :param keepalive_time: seconds between gRPC keepalive pings. etcd rejects pings more
         frequent than its ``--grpc-keepalive-min-time`` (5 s by default) with ``too_many_pings``.
     :param keepalive_timeout: seconds to wait for a ping ack before declaring the peer dead.
+    :param max_request_bytes: the server's ``--max-request-bytes`` (1.5 MiB by default): a put
+        or transaction over it is refused before it is sent
+        (:class:`~etcd_recipes.errors.ValueTooLargeError`); ``None``: no client-side check.
 
     Example::
 
@@ -538,6 +558,8 @@ def connect(
         endpoints, ca_cert=ca_cert, cert=cert, key=key, user=user, password=password
     )
     check_timeout(connect_timeout, what="connect_timeout", optional=False)
+    if max_request_bytes is not None:
+        check_count(max_request_bytes, what="max_request_bytes")
     spec = ChannelSpec.create(
         got.endpoints,
         ca_cert=got.ca_cert,
@@ -554,4 +576,5 @@ def connect(
         namespace=ns,
         resilience=resilience or ResilienceConfig(),
         connect_timeout=connect_timeout,
+        max_request_bytes=max_request_bytes,
     )

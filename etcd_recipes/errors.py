@@ -227,7 +227,9 @@ class QuotaExceededError(EtcdServerError):
     ``--quota-backend-bytes``, 2 GiB by default). etcd has raised its ``NOSPACE`` alarm and
     refuses writes (reads and deletes still work) until an operator frees space and disarms
     the alarm: ``etcdctl compact``, ``etcdctl defrag``, ``etcdctl alarm disarm``. Never
-    retried; nothing of the refused request was written."""
+    retried. The write that crossed the quota may have been applied all the same (etcd applies
+    a write already committed, then reports the error): read back before assuming either way;
+    writes refused once the alarm is raised are not applied."""
 
 
 class NotLeaderError(EtcdRecipeError):

@@ -49,7 +49,9 @@ __all__ = [
     "RpcRunner",
     "await_call",
     "await_stream_op",
+    "DEFAULT_MAX_REQUEST_BYTES",
     "exhausted",
+    "request_too_large",
     "is_auth_token_error",
     "is_retriable",
     "map_grpc_error",
@@ -122,7 +124,7 @@ def map_grpc_error(exc: BaseException, *, op: str, endpoints: str) -> EtcdRecipe
     if "database space exceeded" in low:
         return QuotaExceededError(
             f"{where}: etcd's database is over its space quota (--quota-backend-bytes) and "
-            "refuses writes until an operator compacts, defragments and runs "
+            "refuses writes and lease grants until an operator compacts, defragments and runs "
             f"'etcdctl alarm disarm' ({details})",
             code=code,
             details=details,
@@ -201,6 +203,19 @@ async def await_stream_op(aw: Awaitable[T], call: Any) -> T:
         task.cancel()
         raise
     return task.result()
+
+
+DEFAULT_MAX_REQUEST_BYTES = 1536 * 1024  # etcd's --max-request-bytes default (1.5 MiB)
+
+
+def request_too_large(op: str, size: int, limit: int) -> ValueTooLargeError:
+    """The client-side rejection of a request over the server's size limit (nothing sent)."""
+    return ValueTooLargeError(
+        f"{op}: the request is {size} bytes, over the server's limit of {limit} bytes "
+        "(etcd's --max-request-bytes, 1.5 MiB by default); nothing was sent or written. "
+        "Split the value, or, for a server started with a larger limit, pass "
+        "connect(max_request_bytes=...)"
+    )
 
 
 def exhausted(op: str, attempts: int, last: EtcdRecipeError) -> RetriesExhaustedError:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from etcd_recipes import client as _async
 from etcd_recipes._core.connectivity import ClientStateListener
-from etcd_recipes._core.rpc import UNSET
+from etcd_recipes._core.rpc import DEFAULT_MAX_REQUEST_BYTES, UNSET
 from etcd_recipes._core.txn import AnyOp, Compare
 from etcd_recipes.codecs import Codec
 from etcd_recipes.events import ConnectionState
@@ -633,6 +633,7 @@ def connect(
     connect_timeout: float = 5.0,
     keepalive_time: float = 5.0,
     keepalive_timeout: float = 2.0,
+    max_request_bytes: int | None = DEFAULT_MAX_REQUEST_BYTES,
 ) -> EtcdClient:
     """Configure a client (no I/O); ``with`` (or ``client.open()``) connects.
 
@@ -652,6 +653,9 @@ def connect(
     :param keepalive_time: seconds between gRPC keepalive pings. etcd rejects pings more
         frequent than its ``--grpc-keepalive-min-time`` (5 s by default) with ``too_many_pings``.
     :param keepalive_timeout: seconds to wait for a ping ack before declaring the peer dead.
+    :param max_request_bytes: the server's ``--max-request-bytes`` (1.5 MiB by default): a put
+        or transaction over it is refused before it is sent
+        (:class:`~etcd_recipes.errors.ValueTooLargeError`); ``None``: no client-side check.
 
     Example::
 
@@ -673,6 +677,7 @@ def connect(
         connect_timeout=connect_timeout,
         keepalive_time=keepalive_time,
         keepalive_timeout=keepalive_timeout,
+        max_request_bytes=max_request_bytes,
     )
     result: EtcdClient = runtime.twin(value, None)
     return result
