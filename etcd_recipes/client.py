@@ -43,7 +43,8 @@ from ._core.endpoints import ChannelSpec, build_channel
 from ._core.keys import key_bytes
 from ._core.lease import LeaseKeeper
 from ._core.lifecycle import misuse_error, verify, without_learners
-from ._core.rpc import DEFAULT_MAX_REQUEST_BYTES, UNSET, AuthManager, RpcRunner, request_too_large
+from ._core.rpc import DEFAULT_MAX_REQUEST_BYTES, AuthManager, RpcRunner, request_too_large
+from ._core.rpc import UNSET as _UNSET
 from ._core.services import ServiceCalls
 from ._core.settings import resolve_settings
 from ._core.txn import AnyOp, Compare
@@ -250,7 +251,7 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         request: Any,
         *,
         retry: bool = True,
-        timeout: float | None = UNSET,
+        timeout: float | None = _UNSET,
         resilience: RpcResilience | None = None,
         detached: bool = False,
     ) -> Coroutine[Any, Any, Any]:
@@ -272,7 +273,7 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         *,
         revision: int = 0,
         serializable: bool = False,
-        timeout: float | None = UNSET,
+        timeout: float | None = _UNSET,
     ) -> KeyValue | None:
         """Read one key; ``None`` when it does not exist.
 
@@ -301,7 +302,7 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         serializable: bool = False,
         max_create_revision: int = 0,
         min_mod_revision: int = 0,
-        timeout: float | None = UNSET,
+        timeout: float | None = _UNSET,
     ) -> RangeResult:
         """Read a key, a prefix (``prefix=True``) or the range ``[key, range_end)``.
 
@@ -343,12 +344,12 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         return self._range_result(resp)
 
     async def get_prefix(
-        self, prefix: bytes | str, *, timeout: float | None = UNSET, **kwargs: Any
+        self, prefix: bytes | str, *, timeout: float | None = _UNSET, **kwargs: Any
     ) -> RangeResult:
         """Shorthand for ``range(prefix, prefix=True, ...)``."""
         return await self.range(prefix, prefix=True, timeout=timeout, **kwargs)
 
-    async def count(self, prefix: bytes | str, *, timeout: float | None = UNSET) -> int:
+    async def count(self, prefix: bytes | str, *, timeout: float | None = _UNSET) -> int:
         """How many keys start with ``prefix`` (one count-only RPC)."""
         return (await self.get_prefix(prefix, count_only=True, timeout=timeout)).count
 
@@ -359,7 +360,7 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         *,
         lease: int = 0,
         prev_kv: bool = False,
-        timeout: float | None = UNSET,
+        timeout: float | None = _UNSET,
     ) -> PutResult:
         """Write ``value`` at ``key`` (optionally attached to ``lease``).
 
@@ -383,7 +384,7 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         prefix: bool = False,
         range_end: bytes | str | None = None,
         prev_kv: bool = False,
-        timeout: float | None = UNSET,
+        timeout: float | None = _UNSET,
     ) -> DeleteResult:
         """Delete a key, a prefix (``prefix=True``) or the range ``[key, range_end)``.
 
@@ -408,7 +409,7 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         success: Sequence[AnyOp] = (),
         failure: Sequence[AnyOp] = (),
         *,
-        timeout: float | None = UNSET,
+        timeout: float | None = _UNSET,
     ) -> TxnResult:
         """Run a transaction: if every compare holds, the ``success`` ops, else ``failure``.
 
@@ -437,7 +438,7 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         return self._conv.txn_result(resp)
 
     async def compact(
-        self, revision: int, *, physical: bool = False, timeout: float | None = UNSET
+        self, revision: int, *, physical: bool = False, timeout: float | None = _UNSET
     ) -> None:
         """Discard history older than ``revision`` (watches below it get a compaction error)."""
         req = pb.CompactionRequest(revision=revision, physical=physical)
@@ -445,14 +446,14 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
 
     # ------------------------------------------------------------------ cluster
 
-    async def status(self, *, timeout: float | None = UNSET) -> Status:
+    async def status(self, *, timeout: float | None = _UNSET) -> Status:
         """The status of the member that answers (version, leader, revision, ...)."""
         resp = await self._call(
             "status", "Status", pb.MaintenanceStub, pb.StatusRequest(), timeout=timeout
         )
         return status_result(resp)
 
-    async def member_list(self, *, timeout: float | None = UNSET) -> list[Member]:
+    async def member_list(self, *, timeout: float | None = _UNSET) -> list[Member]:
         """The members of the cluster."""
         resp = await self._call(
             "member_list", "MemberList", pb.ClusterStub, pb.MemberListRequest(), timeout=timeout
