@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import sys
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -42,22 +43,22 @@ from ._core.convert import status as status_result
 from ._core.endpoints import ChannelSpec, build_channel
 from ._core.keys import key_bytes
 from ._core.lease import LeaseKeeper
-from ._core.lifecycle import close_lease_pools, misuse_error, verify
-from ._core.rpc import AuthManager, RpcRunner
+from ._core.lifecycle import close_lease_pools, misuse_error, verify, without_learners
+from ._core.rpc import DEFAULT_MAX_REQUEST_BYTES, AuthManager, RpcRunner, request_too_large
+from ._core.rpc import UNSET as _UNSET
 from ._core.services import ServiceCalls
+from ._core.settings import resolve_settings
 from ._core.txn import AnyOp, Compare
-from ._core.validate import check_timeout, check_ttl
+from ._core.validate import check_count, check_timeout
 from ._core.watch import ResyncHook, Watch
 from ._core.watch_hub import WatchHub
 from ._core.wire import Wire
 from .codecs import to_bytes
-from .errors import ClientClosedError, EtcdRecipeError, InvalidArgumentError
+from .errors import ClientClosedError
 from .resilience import ResilienceConfig, RpcResilience, WatchResilience
 from .types import (
     DeleteResult,
     KeyValue,
-    LeaseGrant,
-    LeaseInfo,
     Member,
     PutResult,
     RangeResult,
@@ -71,8 +72,6 @@ __all__ = ["EtcdClient", "connect"]
 
 log = logging.getLogger("etcd_recipes.client")
 _loop = asyncio._get_running_loop  # None outside a loop (get_running_loop raises)
-
-_UNSET: Any = ...
 
 
 class EtcdClient(ServiceCalls, ConnectionStateCalls):
@@ -103,8 +102,10 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         namespace: bytes,
         resilience: ResilienceConfig,
         connect_timeout: float,
+        max_request_bytes: int | None = DEFAULT_MAX_REQUEST_BYTES,
     ) -> None:
         self._spec = spec
+        self._max_request = sys.maxsize if max_request_bytes is None else max_request_bytes
         self._resilience = resilience
         self._namespace = namespace
         self._connect_timeout = connect_timeout
@@ -177,10 +178,18 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         self._watches = WatchHub(wire)
         self._lease_keeper = LeaseKeeper(wire)
         try:
-            await verify(wire, self._connect_timeout)
+            await verify(wire, self._connect_timeout, secure=self._spec.secure)
+            voting = await without_learners(self)
         except BaseException:
             await self.aclose()
             raise
+        if voting is not None:  # the same channel settings, minus the learners
+            old, self._channel = self._channel, build_channel(voting)
+            self._stubs.clear()
+            if self._auth is not None:
+                self._auth.bind(self._channel)
+            with contextlib.suppress(Exception):
+                await old.close()
         self._conn.start(self._channel)
         return self
 
@@ -361,7 +370,10 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
             assert (await client.get(prefix + "/k")).mod_revision == rev
         """
         lease = validate.check_lease(lease)
-        req = pb.PutRequest(key=self._k(key), value=to_bytes(value), lease=lease, prev_kv=prev_kv)
+        k, v = self._k(key), to_bytes(value)
+        if len(k) + len(v) > self._max_request:  # the server would refuse it: do not send it
+            raise request_too_large("put", len(k) + len(v), self._max_request)
+        req = pb.PutRequest(key=k, value=v, lease=lease, prev_kv=prev_kv)
         resp = await self._call("put", "Put", pb.KVStub, req, timeout=timeout)
         prev = self._kv(resp.prev_kv) if resp.HasField("prev_kv") else None
         return PutResult(revision=int(resp.header.revision), prev_kv=prev)
@@ -415,6 +427,8 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
             assert not r.succeeded and r.responses[0].kvs[0].value == b"me"
         """
         req = self._conv.txn_pb(compare, success, failure)
+        if (size := req.ByteSize()) > self._max_request:
+            raise request_too_large("txn", size, self._max_request)
         # etcd 3.5.0-3.5.2 panic when a *read-only* transaction is cancelled server-side:
         # those are never cancelled there (see RpcRunner.call). Writes are applied through
         # raft without the request's context, so they keep the normal, cancellable path.
@@ -446,48 +460,6 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
             "member_list", "MemberList", pb.ClusterStub, pb.MemberListRequest(), timeout=timeout
         )
         return members_result(resp)
-
-    async def ping(self) -> bool:
-        """True if a count-only read of ``health-check-probe`` succeeds (never raises)."""
-        try:
-            await self.range("health-check-probe", count_only=True)
-        except EtcdRecipeError:
-            return False
-        return True
-
-    # ------------------------------------------------------------------ leases
-
-    async def lease_grant(self, ttl: float, *, timeout: float | None = _UNSET) -> LeaseGrant:
-        """Grant a lease of ``ttl`` whole seconds (the server may grant more).
-
-        Prefer :meth:`lease` (kept alive, revoked on exit) for anything but one-off keys.
-        """
-        req = pb.LeaseGrantRequest(TTL=check_ttl(ttl))
-        resp = await self._call("lease_grant", "LeaseGrant", pb.LeaseStub, req, timeout=timeout)
-        return LeaseGrant(id=int(resp.ID), ttl=int(resp.TTL))
-
-    async def lease_revoke(self, lease_id: int, *, timeout: float | None = _UNSET) -> bool:
-        """Revoke a lease, deleting its keys. Best-effort: False (logged) instead of raising."""
-        req = pb.LeaseRevokeRequest(ID=validate.check_lease_id(lease_id))
-        timeout = validate.check_rpc_timeout(timeout)  # a bad argument is no "False"
-        try:
-            await self._call(
-                "lease_revoke", "LeaseRevoke", pb.LeaseStub, req, retry=False, timeout=timeout
-            )
-            return True
-        except EtcdRecipeError as exc:
-            log.info("revoking lease %x failed (it will expire at its TTL): %s", lease_id, exc)
-            return False
-
-    async def lease_time_to_live(
-        self, lease_id: int, *, keys: bool = False, timeout: float | None = _UNSET
-    ) -> LeaseInfo:
-        """A lease's remaining TTL (``-1`` when it does not exist) and, optionally, its keys."""
-        req = pb.LeaseTimeToLiveRequest(ID=validate.check_lease_id(lease_id), keys=keys)
-        resp = await self._call(
-            "lease_time_to_live", "LeaseTimeToLive", pb.LeaseStub, req, timeout=timeout
-        )
-        return self._conv.lease_info(resp)
 
     # ------------------------------------------------------------------ watches
 
@@ -552,12 +524,17 @@ def connect(
     connect_timeout: float = 5.0,
     keepalive_time: float = 5.0,
     keepalive_timeout: float = 2.0,
+    max_request_bytes: int | None = DEFAULT_MAX_REQUEST_BYTES,
 ) -> EtcdClient:
     """Configure a client (no I/O); ``async with`` (or ``await client.open()``) connects.
 
     :param endpoints: ``"host:port"``, ``"http://host:port"``, ``"https://host:port"``, a list
-        of those, or a comma-separated string; ``None`` reads ``$ETCD_ENDPOINTS``.
-        ``https://`` (or ``ca_cert=``) turns TLS on.
+        of those, or a comma-separated string. ``https://`` (or ``ca_cert=``) turns TLS on.
+        ``None`` reads the environment: ``$ETCD_ENDPOINTS``, else etcdctl's
+        ``$ETCDCTL_ENDPOINTS``; then every argument below that is not given comes from
+        etcdctl's variables too: ``$ETCDCTL_CACERT``, ``$ETCDCTL_CERT``, ``$ETCDCTL_KEY``, and
+        ``$ETCDCTL_USER`` (``user:password``, or ``user`` with ``$ETCDCTL_PASSWORD``).
+        Explicit arguments win; explicit endpoints read nothing from the environment.
     :param user: user name for etcd auth (``password`` with it); tokens are refreshed on expiry.
     :param ca_cert: CA bundle (path or PEM) to verify servers; ``cert``/``key`` add a client
         certificate (mutual TLS).
@@ -567,6 +544,9 @@ def connect(
     :param keepalive_time: seconds between gRPC keepalive pings. etcd rejects pings more
         frequent than its ``--grpc-keepalive-min-time`` (5 s by default) with ``too_many_pings``.
     :param keepalive_timeout: seconds to wait for a ping ack before declaring the peer dead.
+    :param max_request_bytes: the server's ``--max-request-bytes`` (1.5 MiB by default): a put
+        or transaction over it is refused before it is sent
+        (:class:`~etcd_recipes.errors.ValueTooLargeError`); ``None``: no client-side check.
 
     Example::
 
@@ -575,23 +555,27 @@ def connect(
         async with connect(endpoints, namespace=prefix, connect_timeout=5) as app:
             await app.put("/k", b"v")  # stored at prefix + "/k"
     """
-    if (user is None) != (password is None):
-        raise InvalidArgumentError("give both user= and password=, or neither")
+    got = resolve_settings(
+        endpoints, ca_cert=ca_cert, cert=cert, key=key, user=user, password=password
+    )
     check_timeout(connect_timeout, what="connect_timeout", optional=False)
+    if max_request_bytes is not None:
+        check_count(max_request_bytes, what="max_request_bytes")
     spec = ChannelSpec.create(
-        endpoints,
-        ca_cert=ca_cert,
-        cert=cert,
-        key=key,
+        got.endpoints,
+        ca_cert=got.ca_cert,
+        cert=got.cert,
+        key=got.key,
         keepalive_time=keepalive_time,
         keepalive_timeout=keepalive_timeout,
     )
     ns = b"" if namespace is None else key_bytes(namespace, allow_empty=True)
     return EtcdClient(
         spec,
-        user=user,
-        password=password,
+        user=got.user,
+        password=got.password,
         namespace=ns,
         resilience=resilience or ResilienceConfig(),
         connect_timeout=connect_timeout,
+        max_request_bytes=max_request_bytes,
     )

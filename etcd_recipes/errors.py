@@ -29,6 +29,7 @@ __all__ = [
     "ClientClosedError",
     "CodecError",
     "CompactedError",
+    "ConnectionRetriesExhaustedError",
     "DuplicateKeyError",
     "EmptyKeyError",
     "EmptyPathError",
@@ -55,8 +56,10 @@ __all__ = [
     "NotStartedError",
     "PermissionDeniedError",
     "PermitLostError",
+    "QuotaExceededError",
     "RecipeClosedError",
     "RetriesExhaustedError",
+    "TimeoutRetriesExhaustedError",
     "TlsHandshakeError",
     "TooManyOperationsError",
     "UsageError",
@@ -121,12 +124,43 @@ class LockTimeoutError(EtcdTimeoutError):
 class RetriesExhaustedError(EtcdRecipeError):
     """A retried operation gave up; the last failure is chained as ``__cause__``.
 
-    ``attempts`` is the number of attempts made.
+    ``attempts`` is the number of attempts made. A call to etcd that gives up raises one of
+    the two subclasses, of the same kind as its last failure, so that ``except`` clauses do
+    not depend on the retry policy: :class:`ConnectionRetriesExhaustedError` (an
+    :class:`EtcdConnectionError`) or :class:`TimeoutRetriesExhaustedError` (an
+    :class:`EtcdTimeoutError`). A plain ``RetriesExhaustedError`` is a recipe's own bounded
+    retry giving up (a queue's compare-and-swap under contention, for example).
     """
 
     def __init__(self, message: str, *, attempts: int) -> None:
         super().__init__(message)
         self.attempts = attempts
+
+
+class ConnectionRetriesExhaustedError(RetriesExhaustedError, EtcdConnectionError):
+    """A call to etcd was retried until its policy gave up, and the last attempt could not
+    reach any endpoint. Also an :class:`EtcdConnectionError`: ``except EtcdConnectionError``
+    means "could not reach etcd" with or without retries.
+
+    Example::
+
+        from etcd_recipes import EtcdConnectionError, connect
+        from etcd_recipes.testing import EtcdServer
+
+        with EtcdServer() as doomed:
+            async with connect(doomed.url) as short_lived:
+                doomed.kill()
+                try:
+                    await short_lived.get("/k")
+                except EtcdConnectionError as exc:  # a ConnectionRetriesExhaustedError
+                    assert exc.attempts > 1 and isinstance(exc.__cause__, EtcdConnectionError)
+    """
+
+
+class TimeoutRetriesExhaustedError(RetriesExhaustedError, EtcdTimeoutError):
+    """A call to etcd was retried until its policy gave up, and the last attempt timed out (a
+    hung or overloaded server). Also an :class:`EtcdTimeoutError` and a :class:`TimeoutError`,
+    like the single attempt it would be without retries."""
 
 
 class AuthenticationError(EtcdRecipeError):
@@ -191,6 +225,16 @@ class EventStreamOverflowError(EtcdRecipeError):
     def __init__(self, message: str, *, maxsize: int = 0) -> None:
         super().__init__(message)
         self.maxsize = maxsize
+
+
+class QuotaExceededError(EtcdServerError):
+    """etcd's database is over its space quota (``mvcc: database space exceeded``; the server's
+    ``--quota-backend-bytes``, 2 GiB by default). etcd has raised its ``NOSPACE`` alarm and
+    refuses writes (reads and deletes still work) until an operator frees space and disarms
+    the alarm: ``etcdctl compact``, ``etcdctl defrag``, ``etcdctl alarm disarm``. Never
+    retried. The write that crossed the quota may have been applied all the same (etcd applies
+    a write already committed, then reports the error): read back before assuming either way;
+    writes refused once the alarm is raised are not applied."""
 
 
 class NotLeaderError(EtcdRecipeError):

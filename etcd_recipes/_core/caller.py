@@ -19,7 +19,15 @@ from typing import Protocol
 
 from ..errors import UsageError
 
-__all__ = ["CALLER", "Caller", "ThreadCaller", "caller_or_none", "current_caller", "thread_caller"]
+__all__ = [
+    "CALLER",
+    "Caller",
+    "ThreadCaller",
+    "caller_or_none",
+    "close_method",
+    "current_caller",
+    "thread_caller",
+]
 
 
 class Caller(Protocol):
@@ -73,3 +81,9 @@ def current_caller() -> Caller:
     if found is None:
         raise UsageError("locks are acquired and released from an asyncio task")
     return found
+
+
+def close_method() -> str:
+    """How the caller spells "close" in messages: ``close()`` for a blocking-facade thread,
+    ``aclose()`` in async code."""
+    return "close()" if CALLER.get() is not None else "aclose()"

@@ -23,14 +23,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
+from aetcd import rpc as pb
 
+from ..errors import EtcdRecipeError
 from ..events import ConnectionState
 from .listeners import ListenerSet
 from .streams import Broadcast, EventStream
+from .validate import check_timeout
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
@@ -165,6 +169,26 @@ class ConnectionStateCalls:
     def remove_connection_state_listener(self, listener: ClientStateListener) -> None:
         """Stop calling ``listener``."""
         self._me()._conn.listeners.remove(listener)
+
+    async def ping(self, *, timeout: float = 2.0) -> bool:
+        """Whether etcd answers a count-only read of ``health-check-probe`` within
+        ``timeout`` seconds: one attempt, never retried, ``False`` instead of raising (also on
+        a closed client) -- a readiness probe, bounded even against a hung server.
+
+        Example::
+
+            assert await client.ping()
+            assert await client.ping(timeout=0.5)
+        """
+        seconds = check_timeout(timeout, what="timeout", optional=False)
+        me = self._me()
+        try:
+            req = me._range_request("health-check-probe", count_only=True)
+            deadline = None if seconds == math.inf else seconds
+            await me._call("ping", "Range", pb.KVStub, req, retry=False, timeout=deadline)
+        except EtcdRecipeError:
+            return False
+        return True
 
     def connection_states(self) -> EventStream[ConnectionState]:
         """The connection state now, then each change, as an async iterator that ends when the

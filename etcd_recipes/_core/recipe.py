@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from ..errors import AlreadyStartedError, NotStartedError, RecipeClosedError
 from ..events import ConnectionState, LeaseEvent, WatchRecoveryEvent, state_after
-from .caller import CALLER
+from .caller import CALLER, close_method
 from .keys import client_id as make_client_id
 from .listeners import ListenerSet
 from .logctx import recipe_context
@@ -185,7 +185,7 @@ class Recipe:
 
     def _check_open(self) -> None:
         if self._lifecycle == "closed":
-            raise RecipeClosedError(f"{self.exception_context}: close() already called")
+            raise RecipeClosedError(f"{self.exception_context}: {close_method()} already called")
 
     def _check_started(self) -> None:
         self._check_open()
@@ -347,6 +347,7 @@ class Recipe:
         """Not LOST and not closed. No I/O."""
         return self._state is not ConnectionState.LOST and self._lifecycle != "closed"
 
-    async def ping(self) -> bool:
-        """One count-only read through the client's retry funnel; False instead of raising."""
-        return await self._client.ping()
+    async def ping(self, *, timeout: float = 2.0) -> bool:
+        """Whether etcd answers one count-only read within ``timeout`` seconds (the client's
+        :meth:`~etcd_recipes.EtcdClient.ping`); False instead of raising."""
+        return await self._client.ping(timeout=timeout)

@@ -21,6 +21,7 @@ from aetcd import rpc as pb
 from ..errors import (
     AuthenticationError,
     CompactedError,
+    ConnectionRetriesExhaustedError,
     DuplicateKeyError,
     EmptyKeyError,
     EtcdConnectionError,
@@ -32,7 +33,9 @@ from ..errors import (
     LeaseNotFoundError,
     NotLeaderError,
     PermissionDeniedError,
+    QuotaExceededError,
     RetriesExhaustedError,
+    TimeoutRetriesExhaustedError,
     TlsHandshakeError,
     TooManyOperationsError,
     ValueTooLargeError,
@@ -43,9 +46,13 @@ from .validate import check_rpc_timeout
 
 __all__ = [
     "AuthManager",
+    "UNSET",
     "RpcRunner",
     "await_call",
     "await_stream_op",
+    "DEFAULT_MAX_REQUEST_BYTES",
+    "exhausted",
+    "request_too_large",
     "is_auth_token_error",
     "is_retriable",
     "map_grpc_error",
@@ -53,6 +60,9 @@ __all__ = [
 
 log = logging.getLogger("etcd_recipes.rpc")
 T = TypeVar("T")
+
+UNSET: Any = ...
+"""The default of ``timeout=``: the client's per-attempt timeout (``None`` means unbounded)."""
 
 _RETRIABLE = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "INTERNAL"}
 
@@ -104,12 +114,22 @@ def map_grpc_error(exc: BaseException, *, op: str, endpoints: str) -> EtcdRecipe
                 f"{where}: TLS handshake failed ({details}); check ca_cert, the client "
                 "certificate (mutual TLS) and that the server speaks TLS"
             )
-        hint = ""
-        if "socket closed" in low:
-            hint = " (if the server uses TLS, connect with https:// or ca_cert=)"
-        return EtcdConnectionError(f"{where}: no etcd endpoint reachable: {details}{hint}")
+        if "not supported for learner" in low:
+            return EtcdConnectionError(
+                f"{where}: the member is a learner, which serves no writes and no "
+                "linearizable reads: give the client the endpoints of voting members"
+            )
+        return EtcdConnectionError(f"{where}: no etcd endpoint reachable: {details}")
     if code == "DEADLINE_EXCEEDED":
         return EtcdTimeoutError(f"{where}: timed out ({details})")
+    if "database space exceeded" in low:
+        return QuotaExceededError(
+            f"{where}: etcd's database is over its space quota (--quota-backend-bytes) and "
+            "refuses writes and lease grants until an operator compacts, defragments and runs "
+            f"'etcdctl alarm disarm' ({details})",
+            code=code,
+            details=details,
+        )
     if code == "RESOURCE_EXHAUSTED" and "larger than max" in low:
         return ValueTooLargeError(f"{where}: request too large for the server: {details}")
     if "request is too large" in low:
@@ -184,6 +204,30 @@ async def await_stream_op(aw: Awaitable[T], call: Any) -> T:
         task.cancel()
         raise
     return task.result()
+
+
+DEFAULT_MAX_REQUEST_BYTES = 1536 * 1024  # etcd's --max-request-bytes default (1.5 MiB)
+
+
+def request_too_large(op: str, size: int, limit: int) -> ValueTooLargeError:
+    """The client-side rejection of a request over the server's size limit (nothing sent)."""
+    return ValueTooLargeError(
+        f"{op}: the request is {size} bytes, over the server's limit of {limit} bytes "
+        "(etcd's --max-request-bytes, 1.5 MiB by default); nothing was sent or written. "
+        "Split the value, or, for a server started with a larger limit, pass "
+        "connect(max_request_bytes=...)"
+    )
+
+
+def exhausted(op: str, attempts: int, last: EtcdRecipeError) -> RetriesExhaustedError:
+    """The error of a call whose retries gave up: of the same kind as its last failure (a
+    connection failure, a timeout), so that ``except`` does not depend on the retry policy."""
+    kind: type[RetriesExhaustedError] = RetriesExhaustedError
+    if isinstance(last, EtcdConnectionError):
+        kind = ConnectionRetriesExhaustedError
+    elif isinstance(last, EtcdTimeoutError):
+        kind = TimeoutRetriesExhaustedError
+    return kind(f"{op} failed after {attempts} attempts: {last}", attempts=attempts)
 
 
 class AuthManager:
@@ -310,9 +354,7 @@ class RpcRunner:
                     if delay is None:
                         if attempt == 1:
                             raise mapped from None
-                        raise RetriesExhaustedError(
-                            f"{op} failed after {attempt} attempts: {mapped}", attempts=attempt
-                        ) from mapped
+                        raise exhausted(op, attempt, mapped) from mapped
                     log.debug(
                         "%s attempt %d failed (%s); retrying in %.3fs",
                         op,

@@ -9,24 +9,27 @@ metrics, error mapping, cancellation kept intact); the ``Observe`` stream reads 
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import AsyncIterator, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import anyio
 import grpc
+from aetcd import rpc as pb
 
 from .._proto import Method, v3election, v3lock
 from ..codecs import Codec, to_bytes
-from ..errors import EtcdServerError, EtcdTimeoutError, LockTimeoutError
+from ..errors import EtcdRecipeError, EtcdServerError, EtcdTimeoutError, LockTimeoutError
 from ..resilience import LeaseResilience
-from ..types import ElectionLeaderKey, KeyValue, PutResult
+from ..types import ElectionLeaderKey, KeyValue, LeaseGrant, LeaseInfo, PutResult
+from . import validate
 from .keys import key_bytes
 from .lease import AcquisitionLease, EstablishHook, SelfHealingLease
 from .lifecycle import keep_alive_once
-from .rpc import await_stream_op, map_grpc_error
+from .rpc import UNSET, await_stream_op, map_grpc_error
 from .txn import Cmp, Op
-from .validate import check_lease_id, check_timeout
+from .validate import check_lease_id, check_timeout, check_ttl
 from .waiting import abort_guard
 
 if TYPE_CHECKING:
@@ -35,6 +38,9 @@ if TYPE_CHECKING:
 __all__ = ["ServiceCalls"]
 
 _MESSAGES = v3election.MESSAGES
+T = TypeVar("T")
+D = TypeVar("D")
+log = logging.getLogger("etcd_recipes.client")
 
 
 def _call(
@@ -323,8 +329,18 @@ class ServiceCalls:
 
     # ------------------------------------------------------------------ typed helpers
 
-    async def get_value(self, key: bytes | str, codec: Codec[Any], *, default: Any = None) -> Any:
-        """Read ``key`` and decode it with ``codec``; ``default`` when absent.
+    @overload
+    async def get_value(self, key: bytes | str, codec: Codec[T]) -> T | None: ...
+
+    @overload
+    async def get_value(self, key: bytes | str, codec: Codec[T], *, default: D) -> T | D: ...
+
+    async def get_value(
+        self, key: bytes | str, codec: Codec[T], *, default: D | None = None
+    ) -> T | D | None:
+        """Read ``key`` and decode it with ``codec``; ``default`` (``None`` unless given) when
+        absent. The result is typed by the codec: ``int`` for :data:`~etcd_recipes.INT64`,
+        ``int | None`` without a default.
 
         A decode failure raises :class:`~etcd_recipes.errors.CodecError`.
 
@@ -340,9 +356,10 @@ class ServiceCalls:
         return default if kv is None else codec.decode(kv.value)
 
     async def put_value(
-        self, key: bytes | str, value: Any, codec: Codec[Any], *, lease: int = 0
+        self, key: bytes | str, value: T, codec: Codec[T], *, lease: int = 0
     ) -> PutResult:
-        """Encode ``value`` with ``codec`` and write it at ``key``.
+        """Encode ``value`` with ``codec`` and write it at ``key``; ``value`` must be of the
+        codec's type (``put_value(k, "7", INT64)`` is a type error).
 
         Example::
 
@@ -352,6 +369,43 @@ class ServiceCalls:
             assert await client.get_value(prefix + "/config", JSON) == {"mode": "on"}
         """
         return await self._me().put(key, codec.encode(value), lease=lease)
+
+    # ------------------------------------------------------------------ leases
+
+    async def lease_grant(self, ttl: float, *, timeout: float | None = UNSET) -> LeaseGrant:
+        """Grant a lease of ``ttl`` whole seconds (the server may grant more).
+
+        Prefer :meth:`lease` (kept alive, revoked on exit) for anything but one-off keys.
+        """
+        req = pb.LeaseGrantRequest(TTL=check_ttl(ttl))
+        resp = await self._me()._call(
+            "lease_grant", "LeaseGrant", pb.LeaseStub, req, timeout=timeout
+        )
+        return LeaseGrant(id=int(resp.ID), ttl=int(resp.TTL))
+
+    async def lease_revoke(self, lease_id: int, *, timeout: float | None = UNSET) -> bool:
+        """Revoke a lease, deleting its keys. Best-effort: False (logged) instead of raising."""
+        req = pb.LeaseRevokeRequest(ID=validate.check_lease_id(lease_id))
+        timeout = validate.check_rpc_timeout(timeout)  # a bad argument is no "False"
+        try:
+            await self._me()._call(
+                "lease_revoke", "LeaseRevoke", pb.LeaseStub, req, retry=False, timeout=timeout
+            )
+            return True
+        except EtcdRecipeError as exc:
+            log.info("revoking lease %x failed (it will expire at its TTL): %s", lease_id, exc)
+            return False
+
+    async def lease_time_to_live(
+        self, lease_id: int, *, keys: bool = False, timeout: float | None = UNSET
+    ) -> LeaseInfo:
+        """A lease's remaining TTL (``-1`` when it does not exist) and, optionally, its keys."""
+        me = self._me()
+        req = pb.LeaseTimeToLiveRequest(ID=validate.check_lease_id(lease_id), keys=keys)
+        resp = await me._call(
+            "lease_time_to_live", "LeaseTimeToLive", pb.LeaseStub, req, timeout=timeout
+        )
+        return me._conv.lease_info(resp)
 
     # ------------------------------------------------------------------ lease handles
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from etcd_recipes import client as _async
 from etcd_recipes._core.connectivity import ClientStateListener
+from etcd_recipes._core.rpc import DEFAULT_MAX_REQUEST_BYTES, UNSET
 from etcd_recipes._core.txn import AnyOp, Compare
-from etcd_recipes.client import _UNSET
 from etcd_recipes.codecs import Codec
 from etcd_recipes.events import ConnectionState
 from etcd_recipes.resilience import LeaseResilience, ResilienceConfig, WatchResilience
@@ -38,6 +38,9 @@ if TYPE_CHECKING:
     from etcd_recipes.sync._core.watch import Watch
 
 __all__ = ["EtcdClient", "connect"]
+
+D = TypeVar("D")
+T = TypeVar("T")
 
 
 class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
@@ -125,7 +128,7 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
         *,
         revision: int = 0,
         serializable: bool = False,
-        timeout: float | None = _UNSET,
+        timeout: float | None = UNSET,
     ) -> KeyValue | None:
         """Read one key; ``None`` when it does not exist.
 
@@ -154,7 +157,7 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
         serializable: bool = False,
         max_create_revision: int = 0,
         min_mod_revision: int = 0,
-        timeout: float | None = _UNSET,
+        timeout: float | None = UNSET,
     ) -> RangeResult:
         """Read a key, a prefix (``prefix=True``) or the range ``[key, range_end)``.
 
@@ -196,12 +199,12 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
         )
 
     def get_prefix(
-        self, prefix: bytes | str, *, timeout: float | None = _UNSET, **kwargs: Any
+        self, prefix: bytes | str, *, timeout: float | None = UNSET, **kwargs: Any
     ) -> RangeResult:
         """Shorthand for ``range(prefix, prefix=True, ...)``."""
         return self._rt.call(self._a.get_prefix, prefix, timeout=timeout, **kwargs)
 
-    def count(self, prefix: bytes | str, *, timeout: float | None = _UNSET) -> int:
+    def count(self, prefix: bytes | str, *, timeout: float | None = UNSET) -> int:
         """How many keys start with ``prefix`` (one count-only RPC)."""
         return self._rt.call(self._a.count, prefix, timeout=timeout)
 
@@ -212,7 +215,7 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
         *,
         lease: int = 0,
         prev_kv: bool = False,
-        timeout: float | None = _UNSET,
+        timeout: float | None = UNSET,
     ) -> PutResult:
         """Write ``value`` at ``key`` (optionally attached to ``lease``).
 
@@ -230,7 +233,7 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
         prefix: bool = False,
         range_end: bytes | str | None = None,
         prev_kv: bool = False,
-        timeout: float | None = _UNSET,
+        timeout: float | None = UNSET,
     ) -> DeleteResult:
         """Delete a key, a prefix (``prefix=True``) or the range ``[key, range_end)``.
 
@@ -255,7 +258,7 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
         success: Sequence[AnyOp] = (),
         failure: Sequence[AnyOp] = (),
         *,
-        timeout: float | None = _UNSET,
+        timeout: float | None = UNSET,
     ) -> TxnResult:
         """Run a transaction: if every compare holds, the ``success`` ops, else ``failure``.
 
@@ -274,39 +277,18 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
         return self._rt.call(self._a.txn, compare, success, failure, timeout=timeout)
 
     def compact(
-        self, revision: int, *, physical: bool = False, timeout: float | None = _UNSET
+        self, revision: int, *, physical: bool = False, timeout: float | None = UNSET
     ) -> None:
         """Discard history older than ``revision`` (watches below it get a compaction error)."""
         self._rt.call(self._a.compact, revision, physical=physical, timeout=timeout)
 
-    def status(self, *, timeout: float | None = _UNSET) -> Status:
+    def status(self, *, timeout: float | None = UNSET) -> Status:
         """The status of the member that answers (version, leader, revision, ...)."""
         return self._rt.call(self._a.status, timeout=timeout)
 
-    def member_list(self, *, timeout: float | None = _UNSET) -> list[Member]:
+    def member_list(self, *, timeout: float | None = UNSET) -> list[Member]:
         """The members of the cluster."""
         return self._rt.call(self._a.member_list, timeout=timeout)
-
-    def ping(self) -> bool:
-        """True if a count-only read of ``health-check-probe`` succeeds (never raises)."""
-        return self._rt.call(self._a.ping)
-
-    def lease_grant(self, ttl: float, *, timeout: float | None = _UNSET) -> LeaseGrant:
-        """Grant a lease of ``ttl`` whole seconds (the server may grant more).
-
-        Prefer :meth:`lease` (kept alive, revoked on exit) for anything but one-off keys.
-        """
-        return self._rt.call(self._a.lease_grant, ttl, timeout=timeout)
-
-    def lease_revoke(self, lease_id: int, *, timeout: float | None = _UNSET) -> bool:
-        """Revoke a lease, deleting its keys. Best-effort: False (logged) instead of raising."""
-        return self._rt.call(self._a.lease_revoke, lease_id, timeout=timeout)
-
-    def lease_time_to_live(
-        self, lease_id: int, *, keys: bool = False, timeout: float | None = _UNSET
-    ) -> LeaseInfo:
-        """A lease's remaining TTL (``-1`` when it does not exist) and, optionally, its keys."""
-        return self._rt.call(self._a.lease_time_to_live, lease_id, keys=keys, timeout=timeout)
 
     def watch(
         self,
@@ -482,8 +464,16 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
         """
         self._rt.call(self._a.election_resign, leader)
 
-    def get_value(self, key: bytes | str, codec: Codec[Any], *, default: Any = None) -> Any:
-        """Read ``key`` and decode it with ``codec``; ``default`` when absent.
+    @overload
+    def get_value(self, key: bytes | str, codec: Codec[T]) -> T | None: ...
+    @overload
+    def get_value(self, key: bytes | str, codec: Codec[T], *, default: D) -> T | D: ...
+    def get_value(
+        self, key: bytes | str, codec: Codec[T], *, default: D | None = None
+    ) -> T | D | None:
+        """Read ``key`` and decode it with ``codec``; ``default`` (``None`` unless given) when
+        absent. The result is typed by the codec: ``int`` for :data:`~etcd_recipes.INT64`,
+        ``int | None`` without a default.
 
         A decode failure raises :class:`~etcd_recipes.errors.CodecError`.
 
@@ -498,9 +488,10 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
         return self._rt.call(self._a.get_value, key, codec, default=default)
 
     def put_value(
-        self, key: bytes | str, value: Any, codec: Codec[Any], *, lease: int = 0
+        self, key: bytes | str, value: T, codec: Codec[T], *, lease: int = 0
     ) -> PutResult:
-        """Encode ``value`` with ``codec`` and write it at ``key``.
+        """Encode ``value`` with ``codec`` and write it at ``key``; ``value`` must be of the
+        codec's type (``put_value(k, "7", INT64)`` is a type error).
 
         Example::
 
@@ -510,6 +501,23 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
             assert client.get_value(prefix + "/config", JSON) == {"mode": "on"}
         """
         return self._rt.call(self._a.put_value, key, value, codec, lease=lease)
+
+    def lease_grant(self, ttl: float, *, timeout: float | None = UNSET) -> LeaseGrant:
+        """Grant a lease of ``ttl`` whole seconds (the server may grant more).
+
+        Prefer :meth:`lease` (kept alive, revoked on exit) for anything but one-off keys.
+        """
+        return self._rt.call(self._a.lease_grant, ttl, timeout=timeout)
+
+    def lease_revoke(self, lease_id: int, *, timeout: float | None = UNSET) -> bool:
+        """Revoke a lease, deleting its keys. Best-effort: False (logged) instead of raising."""
+        return self._rt.call(self._a.lease_revoke, lease_id, timeout=timeout)
+
+    def lease_time_to_live(
+        self, lease_id: int, *, keys: bool = False, timeout: float | None = UNSET
+    ) -> LeaseInfo:
+        """A lease's remaining TTL (``-1`` when it does not exist) and, optionally, its keys."""
+        return self._rt.call(self._a.lease_time_to_live, lease_id, keys=keys, timeout=timeout)
 
     def lease_keep_alive_once(self, lease_id: int) -> int:
         """Renew a lease once on the shared stream's schedule-free path; returns the new TTL
@@ -577,6 +585,18 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
         """Stop calling ``listener``."""
         self._rt.call_sync(self._a.remove_connection_state_listener, self._rt.listener(listener))
 
+    def ping(self, *, timeout: float = 2.0) -> bool:
+        """Whether etcd answers a count-only read of ``health-check-probe`` within
+        ``timeout`` seconds: one attempt, never retried, ``False`` instead of raising (also on
+        a closed client) -- a readiness probe, bounded even against a hung server.
+
+        Example::
+
+            assert client.ping()
+            assert client.ping(timeout=0.5)
+        """
+        return self._rt.call(self._a.ping, timeout=timeout)
+
     def connection_states(self) -> EventStream[ConnectionState]:
         """The connection state now, then each change, as a blocking iterator that ends when the
         client is closed; conflated (a consumer that falls behind skips to the newest state).
@@ -611,12 +631,17 @@ def connect(
     connect_timeout: float = 5.0,
     keepalive_time: float = 5.0,
     keepalive_timeout: float = 2.0,
+    max_request_bytes: int | None = DEFAULT_MAX_REQUEST_BYTES,
 ) -> EtcdClient:
     """Configure a client (no I/O); ``with`` (or ``client.open()``) connects.
 
     :param endpoints: ``"host:port"``, ``"http://host:port"``, ``"https://host:port"``, a list
-        of those, or a comma-separated string; ``None`` reads ``$ETCD_ENDPOINTS``.
-        ``https://`` (or ``ca_cert=``) turns TLS on.
+        of those, or a comma-separated string. ``https://`` (or ``ca_cert=``) turns TLS on.
+        ``None`` reads the environment: ``$ETCD_ENDPOINTS``, else etcdctl's
+        ``$ETCDCTL_ENDPOINTS``; then every argument below that is not given comes from
+        etcdctl's variables too: ``$ETCDCTL_CACERT``, ``$ETCDCTL_CERT``, ``$ETCDCTL_KEY``, and
+        ``$ETCDCTL_USER`` (``user:password``, or ``user`` with ``$ETCDCTL_PASSWORD``).
+        Explicit arguments win; explicit endpoints read nothing from the environment.
     :param user: user name for etcd auth (``password`` with it); tokens are refreshed on expiry.
     :param ca_cert: CA bundle (path or PEM) to verify servers; ``cert``/``key`` add a client
         certificate (mutual TLS).
@@ -626,6 +651,9 @@ def connect(
     :param keepalive_time: seconds between gRPC keepalive pings. etcd rejects pings more
         frequent than its ``--grpc-keepalive-min-time`` (5 s by default) with ``too_many_pings``.
     :param keepalive_timeout: seconds to wait for a ping ack before declaring the peer dead.
+    :param max_request_bytes: the server's ``--max-request-bytes`` (1.5 MiB by default): a put
+        or transaction over it is refused before it is sent
+        (:class:`~etcd_recipes.errors.ValueTooLargeError`); ``None``: no client-side check.
 
     Example::
 
@@ -647,6 +675,7 @@ def connect(
         connect_timeout=connect_timeout,
         keepalive_time=keepalive_time,
         keepalive_timeout=keepalive_timeout,
+        max_request_bytes=max_request_bytes,
     )
     result: EtcdClient = runtime.twin(value, None)
     return result

@@ -177,9 +177,10 @@ class Recipe(SyncTwin, twin_of=_async.Recipe):
         """Not LOST and not closed. No I/O."""
         return self._rt.call_sync(self._a.is_healthy)
 
-    def ping(self) -> bool:
-        """One count-only read through the client's retry funnel; False instead of raising."""
-        return self._rt.call(self._a.ping)
+    def ping(self, *, timeout: float = 2.0) -> bool:
+        """Whether etcd answers one count-only read within ``timeout`` seconds (the client's
+        :meth:`~etcd_recipes.EtcdClient.ping`); False instead of raising."""
+        return self._rt.call(self._a.ping, timeout=timeout)
 
     @property
     def path(self) -> str:
