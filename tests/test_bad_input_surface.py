@@ -104,7 +104,7 @@ RESULT_TYPES = {
     "WatchResubscribed", "WatchResynced", "WatchSuspended", "WorkItem", "LockHold",
     "ReadWriteLockView", "EventStream", "Watch", "WatchItem", "Recipe", "EtcdClient",
     "AcquisitionLease", "SelfHealingLease", "DeleteOp", "GetOp", "PutOp", "TxnOp", "Compare",
-    "EtcdMetrics", "Codec", "RetryPolicy",
+    "EtcdMetrics", "Codec", "RetryPolicy", "LockParticipant", "NamingEndpoint",
 }  # fmt: skip
 # ...whose methods are walked on instances made by the library instead (see _instances()).
 
@@ -169,12 +169,16 @@ def _good(env: Env, name: str, owner: str, sync: bool) -> Any:
     """A valid value for a required parameter (``KeyError``: the walk cannot call it)."""
     if name in ("client",):
         return env.client
-    if name in ("path", "name"):
+    if name == "name" and owner.startswith("Service"):
+        return "svc"  # a service name is one path segment
+    if name in ("path", "name", "service_path", "target"):
         return env.path()
     if name == "key":
         return env.path()
     if name == "prefix":
         return env.path() + ("/" if owner == "PrefixCache" else "")
+    if name == "addr":
+        return "127.0.0.1:8080"
     if name in ("value", "data"):
         return b"v"
     if name == "values":
