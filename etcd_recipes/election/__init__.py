@@ -6,8 +6,9 @@
 Which one to use:
 
 * :class:`LeaderSelector` -- leadership lasts while your coroutine
-  ``take_leadership(term)`` runs; one :meth:`~LeaderSelector.start` (or
-  :meth:`~LeaderSelector.run`) is one candidacy of at most one term; reusable afterwards;
+  ``take_leadership(selector, term)`` runs; one :meth:`~LeaderSelector.start` (or
+  :meth:`~LeaderSelector.run`) is one candidacy of at most one term (of a term after another
+  with ``auto_requeue=True``); reusable afterwards;
 * :class:`LeaderLatch` -- holds leadership from winning until ``aclose()`` or loss, and
   contests again by itself after a loss; :meth:`~LeaderLatch.await_leadership` waits for it;
 * :class:`LeaderObserver` -- does not run: it reports who leads (``current_leader``,
@@ -45,8 +46,8 @@ TTL keeps *believing* it leads until it notices (up to a keep-alive interval aft
 again); use the fencing compare for writes that must not happen after a term ended. A
 JVM leader may run its term a little past its lease, like any lease-based leader.
 
-Deviations from the reference: ``take_leadership`` receives the :class:`LeadershipTerm` (not the
-selector), so that the blocking facade can pass it to a thread; :meth:`LeaderLatch.await_leadership`
+Deviations from the reference: ``take_leadership`` receives the :class:`LeadershipTerm` as well
+as the selector (a one-parameter hook gets only the term); :meth:`LeaderLatch.await_leadership`
 is released by ``aclose()`` (it returns False); the participant list is one consistent read.
 
 Modules (import the public names from :mod:`etcd_recipes`, the one public surface):
