@@ -94,6 +94,7 @@ from .election.server import (
 from .election.terms import (
     Elected,
     LeadershipEvent,
+    LeadershipGap,
     LeadershipTerm,
     Participant,
     Vacated,
@@ -272,6 +273,7 @@ __all__ = [
     "LeaderObserver",
     "LeaderSelector",
     "LeadershipEvent",
+    "LeadershipGap",
     "LeadershipLostError",
     "LeadershipTerm",
     "LeaseEvent",

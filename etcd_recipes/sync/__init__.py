@@ -84,6 +84,7 @@ from etcd_recipes.codecs import (
 from etcd_recipes.election.terms import (
     Elected,
     LeadershipEvent,
+    LeadershipGap,
     LeadershipTerm,
     Participant,
     Vacated,
@@ -281,6 +282,7 @@ __all__ = [
     "LeaderObserver",
     "LeaderSelector",
     "LeadershipEvent",
+    "LeadershipGap",
     "LeadershipLostError",
     "LeadershipTerm",
     "LeaseEvent",
