@@ -16,6 +16,7 @@ import pytest
 from etcd_recipes import (
     Cmp,
     ConnectionState,
+    DistributedMutex,
     LeaderLatch,
     LeaseEvent,
     LeaseExpired,
@@ -116,3 +117,23 @@ async def test_connection_state_returns_after_a_recovered_keep_alive_failure(fre
         assert (await client.get("/outage/transient")).lease == lease_id
         assert tkv.is_healthy()
         await tkv.aclose()
+
+
+@pytest.mark.slow
+async def test_a_held_mutex_leaves_suspended_once_its_keep_alives_resume(fresh_etcd_server):
+    server = fresh_etcd_server
+    async with connect(**server.client_kwargs()) as client:
+        mutex = DistributedMutex(client, "/outage/lock", lease_ttl=30)
+        states: list[ConnectionState] = []
+        mutex.add_connection_state_listener(lambda new, old: states.append(new))
+        await mutex.acquire()
+        server.kill()
+        await asyncio.sleep(1.5)
+        server.restart()
+        await eventually(
+            lambda: states[-1:] == [ConnectionState.RECONNECTED], timeout=20, what="recovered"
+        )
+        assert states == [ConnectionState.SUSPENDED, ConnectionState.RECONNECTED]
+        assert mutex.is_held
+        assert await mutex.release()
+        await mutex.aclose()
