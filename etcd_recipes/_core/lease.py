@@ -251,9 +251,9 @@ async def _grant(client: EtcdClient, ttl: int) -> LeaseGrant:
 
     The grant runs in its own task. A cancellation (or timeout) that lands while it is in
     flight waits -- shielded, bounded by the cleanup timeout -- for the server's answer, revokes
-    the lease it granted, then re-raises unchanged: the caller records a lease only after this
-    returns, so a lease granted for a caller that is gone would otherwise live on, kept alive
-    by nobody, until its TTL (and forever for the caller's bookkeeping).
+    the lease it granted, then re-raises unchanged. The caller records a lease only after this
+    returns, so without it a lease granted for a caller that is gone would live on, owned by
+    nobody, until its TTL -- with whatever the caller's next step attaches to it.
     """
     from .waiting import run_shielded
 
@@ -265,7 +265,10 @@ async def _grant(client: EtcdClient, ttl: int) -> LeaseGrant:
             raise  # nothing was granted (or it cannot be known: it expires at its TTL)
 
         async def answered_then_revoked() -> None:
-            grant = await task
+            try:
+                grant = await task
+            except Exception:
+                return  # not granted, or unknowable: it expires at its TTL
             await client.lease_revoke(grant.id)
 
         await run_shielded(answered_then_revoked, what="revoking a lease granted too late")
