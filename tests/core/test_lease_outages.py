@@ -16,6 +16,7 @@ import pytest
 from etcd_recipes import (
     Cmp,
     ConnectionState,
+    DistributedBarrier,
     DistributedMutex,
     LeaderLatch,
     LeaseEvent,
@@ -56,6 +57,12 @@ async def test_heal_after_an_outage_longer_than_the_ttl_recreates_its_own_keys(
         assert await latch.await_leadership(timeout=10)
         participant = path + "/participants/node-1"
         old_participation = (await client.get(participant)).lease
+        transient = TransientKeyValue(client, etcd_prefix + "transient", "up", lease_ttl=TTL)
+        await transient.start()
+        gate = DistributedBarrier(client, etcd_prefix + "gate", lease_ttl=TTL)
+        await gate.start()
+        assert await gate.set_barrier()
+        old_gate = (await client.get(etcd_prefix + "gate")).lease
 
         server.kill()
         await eventually(
@@ -78,6 +85,16 @@ async def test_heal_after_an_outage_longer_than_the_ttl_recreates_its_own_keys(
             return kv is not None and kv.lease not in (0, old_participation)
 
         await eventually(participant_healed, timeout=TTL + 10, what="the participant key")
+
+        async def gate_healed() -> bool:  # a create-if-absent establish too
+            kv = await client.get(etcd_prefix + "gate")
+            return kv is not None and kv.lease not in (0, old_gate)
+
+        await eventually(gate_healed, timeout=TTL + 10, what="the barrier key")
+        await eventually(lambda: transient.lease_id != 0, timeout=TTL + 10, what="transient")
+        assert (await client.get(transient.key)).lease == transient.lease_id
+        await transient.aclose()
+        await gate.aclose()
         await latch.aclose()
         await lease.aclose()
         assert await client.get(presence) is None
