@@ -1,8 +1,8 @@
 """Recovery and lease events, and the connection state they drive.
 
 Watches report :class:`WatchSuspended`, :class:`WatchResubscribed`, :class:`WatchResynced` and
-:class:`WatchFailed`; leases report :class:`LeaseSuspended`, :class:`LeaseExpired`,
-:class:`LeaseRestored` and :class:`LeaseFailed`. Recipes fold them into a
+:class:`WatchFailed`; leases report :class:`LeaseSuspended`, :class:`LeaseResumed`,
+:class:`LeaseExpired`, :class:`LeaseRestored` and :class:`LeaseFailed`. Recipes fold them into a
 :class:`ConnectionState` (reference.md §2.2)::
 
     async with client.watch("/config/", prefix=True) as watch:
@@ -23,6 +23,7 @@ __all__ = [
     "LeaseExpired",
     "LeaseFailed",
     "LeaseRestored",
+    "LeaseResumed",
     "LeaseSuspended",
     "WatchFailed",
     "WatchRecoveryEvent",
@@ -89,6 +90,14 @@ class LeaseSuspended:
 
 
 @dataclass(frozen=True)
+class LeaseResumed:
+    """Keep-alives are answered again after a :class:`LeaseSuspended`: the same lease is still
+    valid (it was never lost), so nothing had to be re-granted."""
+
+    lease_id: int
+
+
+@dataclass(frozen=True)
 class LeaseExpired:
     """The lease is gone (TTL reached, revoked, or renewals stopped past the TTL)."""
 
@@ -112,7 +121,7 @@ class LeaseFailed:
     cause: BaseException | None = None
 
 
-LeaseEvent = Union[LeaseSuspended, LeaseExpired, LeaseRestored, LeaseFailed]
+LeaseEvent = Union[LeaseSuspended, LeaseResumed, LeaseExpired, LeaseRestored, LeaseFailed]
 
 
 def state_after(event: WatchRecoveryEvent | LeaseEvent) -> ConnectionState:
@@ -123,6 +132,6 @@ def state_after(event: WatchRecoveryEvent | LeaseEvent) -> ConnectionState:
     """
     if isinstance(event, (WatchSuspended, LeaseSuspended)):
         return ConnectionState.SUSPENDED
-    if isinstance(event, (WatchResubscribed, WatchResynced, LeaseRestored)):
+    if isinstance(event, (WatchResubscribed, WatchResynced, LeaseResumed, LeaseRestored)):
         return ConnectionState.RECONNECTED
     return ConnectionState.LOST

@@ -35,7 +35,7 @@ from ._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from ._core.validate import check_ttl
 from .codecs import Codec, to_bytes
 from .errors import LeaseEventError
-from .events import LeaseEvent, LeaseRestored
+from .events import LeaseEvent, LeaseRestored, LeaseResumed
 
 if TYPE_CHECKING:
     from .client import EtcdClient
@@ -131,7 +131,7 @@ class TransientKeyValue(Recipe, Generic[T]):
 
     def _on_lease_event(self, event: LeaseEvent) -> None:
         self._on_recovery_event(event)
-        if not isinstance(event, LeaseRestored):
+        if not isinstance(event, (LeaseRestored, LeaseResumed)):
             self._record_exception(LeaseEventError(event), "lease")
         self._lease_events.publish(event)
 

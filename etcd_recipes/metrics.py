@@ -32,7 +32,7 @@ class EtcdMetrics:
         """A watch reported a recovery event: ``suspended|resubscribed|resynced|failed``."""
 
     def increment_keep_alive(self, kind: str, lease_id: int) -> None:
-        """A lease event: ``renewal|suspended|expired|restored|failed``."""
+        """A lease event: ``renewal|suspended|resumed|expired|restored|failed``."""
 
     def record_latency(self, name: str, seconds: float) -> None:
         """A recipe-level latency, for example ``"queue.dequeue"`` or ``"work_queue.receive"``."""

@@ -3,13 +3,20 @@
 * :class:`LeaseKeeper` renews every registered lease at a third of its TTL over one
   ``LeaseKeepAlive`` stream and detects loss: a reply with TTL <= 0 (revoked or expired), or
   renewals stopped past the TTL (the stream is down or the server is paused). A stream error
-  while the lease may still be valid is reported as ``LeaseSuspended``.
+  while the lease may still be valid is reported as ``LeaseSuspended``, and the first renewal
+  answered after that as ``LeaseResumed`` (so every recovery is reported, not only heals).
 * :class:`AcquisitionLease` -- exclusivity (lock holds, permits, leadership): **never healed**.
   Once lost it stays lost, because etcd has already promoted a successor.
 * :class:`SelfHealingLease` -- presence (barriers, registrations, transient keys, claims):
   re-granted after loss, then its ``establish`` hook re-creates the keys (normally through a
   compare-and-swap, so healing never steals a key). Reports ``LeaseExpired`` then
-  ``LeaseRestored`` or ``LeaseFailed``.
+  ``LeaseRestored`` or ``LeaseFailed``. A heal first revokes the old lease: etcd restores
+  leases on restart, so after an outage longer than the TTL our old keys may exist again under
+  it, and a create-if-absent ``establish`` would otherwise decline on a key that is its own;
+  if that revoke cannot be confirmed, a declined ``establish`` is retried until the old lease
+  has expired, never given up.
+* Granting is cancellation-safe: a cancellation that lands while a grant is in flight waits
+  (shielded, bounded) for the answer and revokes the granted lease before it is re-raised.
 
 Closing either revokes the lease (best-effort, shielded, bounded), so owned keys vanish at once.
 Not guaranteed: between expiry and restoration the keys of a self-healing lease do not exist;
@@ -32,8 +39,16 @@ import grpc
 from aetcd import rpc as pb
 
 from ..errors import ClientClosedError, EtcdRecipeError, LeaseNotFoundError
-from ..events import LeaseEvent, LeaseExpired, LeaseFailed, LeaseRestored, LeaseSuspended
+from ..events import (
+    LeaseEvent,
+    LeaseExpired,
+    LeaseFailed,
+    LeaseRestored,
+    LeaseResumed,
+    LeaseSuspended,
+)
 from ..resilience import LeaseResilience, RetryPolicy
+from ..types import LeaseGrant
 from .listeners import ListenerSet
 from .streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .validate import check_client, check_ttl
@@ -58,6 +73,7 @@ class _Registration:
         ttl: int,
         on_lost: Callable[[BaseException | None], None],
         on_suspended: Callable[[BaseException | None], None],
+        on_resumed: Callable[[], None] | None = None,
     ) -> None:
         self.lease_id = lease_id
         self.ttl = ttl
@@ -67,6 +83,7 @@ class _Registration:
         self.sent: deque[float] = deque()  # send times of unanswered renewals, oldest first
         self.on_lost = on_lost
         self.on_suspended = on_suspended
+        self.on_resumed = on_resumed
         self.suspended = False
         self.active = True
         self.renewals = 0
@@ -96,10 +113,13 @@ class LeaseKeeper:
         ttl: int,
         on_lost: Callable[[BaseException | None], None],
         on_suspended: Callable[[BaseException | None], None],
+        on_resumed: Callable[[], None] | None = None,
     ) -> _Registration:
+        """Keep ``lease_id`` alive. ``on_suspended`` is called when keep-alives start failing,
+        ``on_resumed`` when one is answered again after that, ``on_lost`` once it is gone."""
         if self._closed:
             raise ClientClosedError("the client is closed")
-        reg = _Registration(lease_id, ttl, on_lost, on_suspended)
+        reg = _Registration(lease_id, ttl, on_lost, on_suspended, on_resumed)
         self._regs[lease_id] = reg
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(
@@ -219,8 +239,40 @@ class LeaseKeeper:
             sent_at = reg.sent.popleft() if reg.sent else time.monotonic()
             reg.deadline = max(reg.deadline, sent_at + int(msg.TTL))
             reg.renewals += 1
-            reg.suspended = False
+            if reg.suspended:
+                reg.suspended = False
+                if reg.on_resumed is not None:
+                    reg.on_resumed()
             self._metrics.increment_keep_alive("renewal", reg.lease_id)
+
+
+async def _grant(client: EtcdClient, ttl: int) -> LeaseGrant:
+    """Grant a lease so that no cancellation can leave it behind.
+
+    The grant runs in its own task. A cancellation (or timeout) that lands while it is in
+    flight waits -- shielded, bounded by the cleanup timeout -- for the server's answer, revokes
+    the lease it granted, then re-raises unchanged. The caller records a lease only after this
+    returns, so without it a lease granted for a caller that is gone would live on, owned by
+    nobody, until its TTL -- with whatever the caller's next step attaches to it.
+    """
+    from .waiting import run_shielded
+
+    task = asyncio.ensure_future(client.lease_grant(ttl))
+    try:
+        return await asyncio.shield(task)
+    except BaseException:
+        if task.done() and (task.cancelled() or task.exception() is not None):
+            raise  # nothing was granted (or it cannot be known: it expires at its TTL)
+
+        async def answered_then_revoked() -> None:
+            try:
+                grant = await task
+            except Exception:
+                return  # not granted, or unknowable: it expires at its TTL
+            await client.lease_revoke(grant.id)
+
+        await run_shielded(answered_then_revoked, what="revoking a lease granted too late")
+        raise
 
 
 async def _revoke_quietly(client: EtcdClient, lease_id: int) -> None:
@@ -308,11 +360,11 @@ class AcquisitionLease(_LeaseBase):
         """Grant the lease and start keeping it alive."""
         if self.id:
             raise EtcdRecipeError("this lease was already granted")
-        grant = await self._client.lease_grant(self.ttl)
+        grant = await _grant(self._client, self.ttl)
         self.id, self.granted_ttl = grant.id, grant.ttl
         try:
             self._reg = self._client._leases.register(
-                grant.id, grant.ttl, self._on_lost, self._on_suspended
+                grant.id, grant.ttl, self._on_lost, self._on_suspended, self._on_resumed
             )
         except BaseException:
             await _revoke_quietly(self._client, grant.id)
@@ -329,6 +381,10 @@ class AcquisitionLease(_LeaseBase):
 
     def _on_suspended(self, cause: BaseException | None) -> None:
         self._emit(LeaseSuspended(self.id, cause))
+
+    def _on_resumed(self) -> None:
+        if not self._lost.is_set() and not self._closed:
+            self._emit(LeaseResumed(self.id))
 
     async def revoke(self) -> None:
         """Stop keeping the lease alive and revoke it (best-effort; shielded and bounded)."""
@@ -419,7 +475,7 @@ class SelfHealingLease(_LeaseBase):
             raise ClientClosedError("this lease was closed")
         if self._lease_id:
             raise EtcdRecipeError("this lease was already started")
-        grant = await self._client.lease_grant(self.ttl)
+        grant = await _grant(self._client, self.ttl)
         try:
             ok = await self._establish(grant.id)
         except BaseException:
@@ -434,10 +490,16 @@ class SelfHealingLease(_LeaseBase):
     def _adopt(self, lease_id: int, ttl: int) -> None:
         self._lease_id = lease_id
         self._healthy = True
-        self._reg = self._client._leases.register(lease_id, ttl, self._on_lost, self._on_suspended)
+        self._reg = self._client._leases.register(
+            lease_id, ttl, self._on_lost, self._on_suspended, self._on_resumed
+        )
 
     def _on_suspended(self, cause: BaseException | None) -> None:
         self._emit(LeaseSuspended(self._lease_id, cause))
+
+    def _on_resumed(self) -> None:
+        if self._healthy and not self._closed:
+            self._emit(LeaseResumed(self._lease_id))
 
     def _on_lost(self, cause: BaseException | None) -> None:
         if self._closed or self._healer is not None:
@@ -460,7 +522,12 @@ class SelfHealingLease(_LeaseBase):
                 attempt += 1
                 try:
                     with anyio.fail_after(self._resilience.heal_operation_timeout):
-                        grant = await self._client.lease_grant(self.ttl)
+                        # etcd restores leases on restart (with a fresh TTL): after an outage
+                        # longer than the TTL the old lease -- and the keys it owns -- may
+                        # exist again. They are ours: revoke them, so a create-if-absent
+                        # establish re-creates them instead of declining.
+                        await self._client.lease_revoke(old)
+                        grant = await _grant(self._client, self.ttl)
                     try:
                         ok = await self._establish(grant.id)
                     except BaseException:
@@ -468,6 +535,10 @@ class SelfHealingLease(_LeaseBase):
                         raise
                     if not ok:
                         await _revoke_quietly(self._client, grant.id)
+                        if await self._still_alive(old):
+                            # The revoke did not get through: our own old lease still holds
+                            # the keys. Never give up on them; retry until it has expired.
+                            raise EtcdRecipeError(f"lease {old:x} still holds the keys")
                         self._failed = True
                         self._emit(LeaseFailed(old, EtcdRecipeError("establish declined")))
                         return
@@ -488,6 +559,10 @@ class SelfHealingLease(_LeaseBase):
                 await asyncio.sleep(delay)
         finally:
             self._healer = None
+
+    async def _still_alive(self, lease_id: int) -> bool:
+        with anyio.fail_after(self._resilience.heal_operation_timeout):
+            return (await self._client.lease_time_to_live(lease_id)).ttl > 0
 
     async def aclose(self) -> None:
         """Stop healing, stop renewing and revoke the lease (owned keys vanish); idempotent."""

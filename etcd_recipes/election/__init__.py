@@ -6,12 +6,14 @@
 Which one to use:
 
 * :class:`LeaderSelector` -- leadership lasts while your coroutine
-  ``take_leadership(term)`` runs; one :meth:`~LeaderSelector.start` (or
-  :meth:`~LeaderSelector.run`) is one candidacy of at most one term; reusable afterwards;
+  ``take_leadership(selector, term)`` runs; one :meth:`~LeaderSelector.start` (or
+  :meth:`~LeaderSelector.run`) is one candidacy of at most one term (of a term after another
+  with ``auto_requeue=True``); reusable afterwards;
 * :class:`LeaderLatch` -- holds leadership from winning until ``aclose()`` or loss, and
   contests again by itself after a loss; :meth:`~LeaderLatch.await_leadership` waits for it;
 * :class:`LeaderObserver` -- does not run: it reports who leads (``current_leader``,
-  listeners, and an async iterator of :class:`Elected` / :class:`Vacated` events).
+  listeners, and an async iterator of :class:`Elected` / :class:`Vacated` events, and
+  :class:`LeadershipGap` when terms may have been missed).
 
 Key layout (shared with the JVM library, so selectors, latches and observers interoperate, in
 Python and JVM processes alike):
@@ -37,16 +39,18 @@ Guarantees:
   key (revision + 1), and re-checks after every watch recovery, so a hand-over is never missed;
 * cancelling a campaign (``run()``, ``await_leadership()``, ``async with``) withdraws the
   candidacy: no participant key and no LEADER key of this instance stays behind;
-* the observer re-reads the LEADER key after every watch recovery and ignores events older
-  than what it has read, so it never reports a stale leader after a reconnect.
+* the observer drops no term silently: after a reconnect the missed changes are replayed
+  (every term, in order, with its fencing token); when they were compacted away it reports
+  :class:`LeadershipGap` ("terms may have been missed") and then the current state; it never
+  reports a stale leader after a recovery.
 
 Not guaranteed: leadership is a lease. A leader that is paused or partitioned longer than its
 TTL keeps *believing* it leads until it notices (up to a keep-alive interval after it runs
 again); use the fencing compare for writes that must not happen after a term ended. A
 JVM leader may run its term a little past its lease, like any lease-based leader.
 
-Deviations from the reference: ``take_leadership`` receives the :class:`LeadershipTerm` (not the
-selector), so that the blocking facade can pass it to a thread; :meth:`LeaderLatch.await_leadership`
+Deviations from the reference: ``take_leadership`` receives the :class:`LeadershipTerm` as well
+as the selector (a one-parameter hook gets only the term); :meth:`LeaderLatch.await_leadership`
 is released by ``aclose()`` (it returns False); the participant list is one consistent read.
 
 Modules (import the public names from :mod:`etcd_recipes`, the one public surface):

@@ -34,7 +34,7 @@ from ..errors import (
     LeaseNotFoundError,
     RetriesExhaustedError,
 )
-from ..events import ConnectionState, LeaseEvent, LeaseExpired, LeaseRestored
+from ..events import ConnectionState, LeaseEvent, LeaseExpired, LeaseRestored, LeaseResumed
 from ..resilience import RetryPolicy
 from ..types import TxnResult
 from ._keys import is_delete, leader_key, participants_prefix
@@ -186,7 +186,7 @@ class _Candidate(Recipe):
 
     def _on_participation_event(self, event: LeaseEvent) -> None:
         self._on_recovery_event(event)
-        if not isinstance(event, LeaseRestored):
+        if not isinstance(event, (LeaseRestored, LeaseResumed)):
             self._record_exception(LeaseEventError(event), "participation")
 
     # ------------------------------------------------------------------ campaigning

@@ -38,7 +38,9 @@ class LeaderLatch(_Candidate):
                 print("leading with token", latch.fencing_token)
 
     ``start()`` (or ``async with``) registers the candidacy and returns; the campaign runs in
-    the background. ``start()`` and ``aclose()`` are one-shot.
+    the background. ``start()`` and ``aclose()`` are one-shot. ``async with`` starts the
+    candidacy, unlike :class:`LeaderSelector`'s: a latch's whole life is one candidacy, while
+    a selector's candidacies are calls (``run()``, ``start()``) made inside its block.
     """
 
     one_shot = True

@@ -1,9 +1,13 @@
 """Watching an election without running for it: :class:`LeaderObserver` and
 :func:`leadership_events`.
 
-Guaranteed: the observer re-reads the LEADER key after every watch recovery and ignores events
-older than what it has read, so it never reports a stale leader after a reconnect. It reports
-states (who leads now), observed through one watch; it does not run for the election.
+Guaranteed: no term is dropped silently. The observer's watch is anchored at its first read,
+so after a reconnect etcd replays what happened meanwhile and every term is reported, in
+order, with its fencing token. When that history is gone (compacted while the observer was
+cut off, or a watch that resumed from "now"), it reports :class:`LeadershipGap` -- terms may
+have been missed -- followed by the current state read from etcd. It never reports a stale
+leader after a recovery. It reports states (who leads now), observed through one watch; it
+does not run for the election.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from ..errors import EtcdRecipeError, WatchFailedError
 from ..events import ConnectionState, WatchFailed, WatchResubscribed
 from ..types import EventType, RangeResult, WatchEvent
 from ._keys import leader_key, leader_name
-from .terms import Elected, LeadershipEvent, Vacated
+from .terms import Elected, LeadershipEvent, LeadershipGap, Vacated
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
@@ -46,9 +50,9 @@ class LeaderObserver(Recipe):
                         break
 
     Listeners (:meth:`add_listener`) get each change, not the state at ``start()``; the
-    iterator of :meth:`events` starts with the current state. After any watch recovery
-    (reconnect, compaction) the LEADER key is read again, so a change missed while
-    disconnected is reported and a stale leader never is.
+    iterator of :meth:`events` starts with the current state. After a reconnect the changes
+    made meanwhile are replayed (every term, in order); when they were compacted away, a
+    :class:`LeadershipGap` ("terms may have been missed") comes first, then the current state.
     """
 
     one_shot = True
@@ -69,7 +73,7 @@ class LeaderObserver(Recipe):
         return self._current.leader if self._current is not None else None
 
     @property
-    def current(self) -> LeadershipEvent:
+    def current(self) -> Elected | Vacated:
         """The current state as an event: :class:`Elected` (with the fencing token) or
         :class:`Vacated`."""
         return self._current if self._current is not None else Vacated()
@@ -109,9 +113,9 @@ class LeaderObserver(Recipe):
         self._spawn(self._observe(read.revision), "watch")
 
     async def _observe(self, revision: int) -> None:
-        async def resync() -> int:
+        async def resync() -> int:  # the history since self._revision was compacted
             read = await self._client.range(self._leader)
-            self._apply_read(read)
+            self._apply_gap(read)
             return read.revision + 1
 
         watch = self._client.watch(self._leader, start_revision=revision + 1, resync=resync)
@@ -123,11 +127,15 @@ class LeaderObserver(Recipe):
                         self._apply_event(item)
                         continue
                     self._on_recovery_event(item)
-                    if isinstance(item, WatchResubscribed):
+                    if isinstance(item, WatchResubscribed) and item.resume_revision == 0:
+                        # Resumed from "now": what happened meanwhile will not be replayed.
                         try:
-                            self._apply_read(await self._client.range(self._leader))
+                            self._apply_gap(await self._client.range(self._leader))
                         except EtcdRecipeError as exc:  # the watch's own events still follow
                             self._record_exception(exc, "re-read")
+                    # Otherwise the watch resumed where it stopped: etcd replays every change
+                    # made meanwhile, so each missed term is reported from the events. (A
+                    # re-read here would jump past them and drop those terms.)
                     elif isinstance(item, WatchFailed):
                         break
             failure = WatchFailedError(f"{self.exception_context}: the watch on LEADER failed")
@@ -146,6 +154,20 @@ class LeaderObserver(Recipe):
         kv = read.kvs[0] if read.kvs else None
         self._set(Elected(leader_name(kv.value), kv.create_revision) if kv else None, notify)
 
+    def _apply_gap(self, read: RangeResult) -> None:
+        """Apply a read made after history was lost: unless the same term still holds, say
+        that terms may have been missed, then report the current state (even if unchanged)."""
+        if read.revision < self._revision:
+            return
+        after, self._revision = self._revision, read.revision
+        kv = read.kvs[0] if read.kvs else None
+        new = Elected(leader_name(kv.value), kv.create_revision) if kv else None
+        if new is not None and new == self._current:
+            return  # the term we reported is still current: none can have been missed
+        self._current = new
+        self._publish(LeadershipGap(after, read.revision))
+        self._publish(new if new is not None else Vacated())
+
     def _apply_event(self, event: WatchEvent) -> None:
         if event.kv.mod_revision <= self._revision:
             return  # already reflected by a later read
@@ -161,7 +183,9 @@ class LeaderObserver(Recipe):
         self._current = new
         if not notify:
             return
-        event: LeadershipEvent = new if new is not None else Vacated()
+        self._publish(new if new is not None else Vacated())
+
+    def _publish(self, event: LeadershipEvent) -> None:
         log.info("%s: %s", self.exception_context, event)
         self._listeners.emit(event)
         self._events.publish(event)

@@ -1,6 +1,6 @@
 """The values of an election: :class:`LeadershipTerm` (what a winner holds),
-:class:`Participant`, the :class:`Elected` / :class:`Vacated` events an observer reports, and
-:func:`get_participants`.
+:class:`Participant`, the :class:`Elected` / :class:`Vacated` / :class:`LeadershipGap` events
+an observer reports, and :func:`get_participants`.
 
 A term's guarantees (fencing token, lost means lost) are the family's: see
 :mod:`etcd_recipes.election`.
@@ -24,6 +24,7 @@ __all__ = [
     "DEFAULT_TTL",
     "Elected",
     "LeadershipEvent",
+    "LeadershipGap",
     "LeadershipTerm",
     "Participant",
     "Vacated",
@@ -85,8 +86,28 @@ class Vacated:
     """
 
 
-LeadershipEvent = Union[Elected, Vacated]
-"""What a :class:`LeaderObserver` reports: :class:`Elected` or :class:`Vacated`."""
+@dataclass(frozen=True)
+class LeadershipGap:
+    """Terms may have been missed: the observer could not see the election's history between
+    ``after_revision`` and ``revision`` (it was compacted while the observer's watch was cut
+    off, or the watch resumed from "now"). Terms may have begun and ended in between, unseen,
+    with their fencing tokens. The next event is the state at ``revision``.
+
+    Example::
+
+        from etcd_recipes import LeadershipGap
+
+        gap = LeadershipGap(after_revision=10, revision=42)
+        print(f"terms between revisions {gap.after_revision} and {gap.revision} unseen")
+    """
+
+    after_revision: int
+    revision: int
+
+
+LeadershipEvent = Union[Elected, Vacated, LeadershipGap]
+"""What a :class:`LeaderObserver` reports: :class:`Elected` or :class:`Vacated` (the state), or
+:class:`LeadershipGap` (terms may have been missed; the state follows)."""
 
 
 class LeadershipTerm:

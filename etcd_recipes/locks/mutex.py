@@ -14,7 +14,7 @@ from .._core.validate import check_ttl
 from ..errors import (
     LeaseEventError,
 )
-from ..events import LeaseEvent, LeaseSuspended
+from ..events import LeaseEvent, LeaseResumed, LeaseSuspended
 from ._base import _LockBase, _Queued
 from ._session import _Session
 from ._waiters import _participants
@@ -129,6 +129,8 @@ class DistributedMutex(_Queued, Recipe):
         if isinstance(event, LeaseSuspended):
             self._on_recovery_event(event)
             self._record_exception(LeaseEventError(event), "lease")
+        elif isinstance(event, LeaseResumed):
+            self._on_recovery_event(event)  # keep-alives answered again: out of SUSPENDED
 
     async def _do_close(self) -> None:
         await self._close_view()

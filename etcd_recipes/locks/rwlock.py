@@ -17,7 +17,7 @@ from ..errors import (
     LeaseEventError,
     LockUpgradeError,
 )
-from ..events import LeaseEvent, LeaseSuspended
+from ..events import LeaseEvent, LeaseResumed, LeaseSuspended
 from ..types import KeyValue
 from ._base import _LockBase, _Queued
 from ._holds import _Held
@@ -195,6 +195,8 @@ class DistributedReadWriteLock(Recipe):
         if isinstance(event, LeaseSuspended):
             self._on_recovery_event(event)
             self._record_exception(LeaseEventError(event), "lease")
+        elif isinstance(event, LeaseResumed):
+            self._on_recovery_event(event)  # keep-alives answered again: out of SUSPENDED
 
     async def _do_close(self) -> None:
         await self.read_lock._close_view()

@@ -71,7 +71,7 @@ from ..errors import (
     RecipeClosedError,
     SemaphorePermitMismatchError,
 )
-from ..events import LeaseEvent, LeaseExpired, LeaseSuspended
+from ..events import LeaseEvent, LeaseExpired, LeaseResumed, LeaseSuspended
 from ..types import (
     EventType,
     KeyValue,
@@ -575,6 +575,8 @@ class DistributedSemaphore(Recipe):
         if isinstance(event, LeaseSuspended):
             self._on_recovery_event(event)
             self._record_exception(LeaseEventError(event), "lease")
+        elif isinstance(event, LeaseResumed):
+            self._on_recovery_event(event)  # keep-alives answered again: out of SUSPENDED
 
     async def _do_close(self) -> None:
         for scope in list(self._aborts):

@@ -97,7 +97,7 @@ from ..errors import (
     LeaseNotFoundError,
     RecipeClosedError,
 )
-from ..events import LeaseEvent, LeaseExpired, LeaseRestored
+from ..events import LeaseEvent, LeaseExpired, LeaseRestored, LeaseResumed
 from ..types import KeyValue
 from ._claims import Claimer
 from ._consumer import RECEIVE_CALL, ConsumerLease
@@ -541,7 +541,7 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         self._on_recovery_event(event)
         if isinstance(event, LeaseExpired):
             self._held.clear()  # every marker went with the lease
-        if not isinstance(event, LeaseRestored):
+        if not isinstance(event, (LeaseRestored, LeaseResumed)):
             self._record_exception(LeaseEventError(event), "lease")
         self._lease_events.publish(event)
 

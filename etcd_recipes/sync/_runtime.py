@@ -450,8 +450,22 @@ class Runtime:
         return self._callbacks.listener(fn, awaitable=False)
 
     def hook(self, fn: Callable[P, T]) -> Callable[P, Awaitable[T]]:
-        """Wrap a blocking hook as the coroutine function the async API awaits."""
-        return self._callbacks.hook(fn)
+        """Wrap a blocking hook as the coroutine function the async API awaits; an argument
+        that is an async object with a twin (a recipe passing itself) reaches ``fn`` as that
+        twin, so the hook gets the object the blocking caller knows."""
+        if not callable(fn):
+            return self._callbacks.hook(fn)
+
+        def with_twins(*args: Any, **kwargs: Any) -> T:
+            return fn(*(self._known_twin(arg) for arg in args), **kwargs)
+
+        functools.update_wrapper(with_twins, fn)
+        return self._callbacks.hook(with_twins)
+
+    def _known_twin(self, obj: Any) -> Any:
+        with self._lock:
+            twin = self._twins.get(id(obj))
+        return twin if twin is not None and twin._a is obj else obj
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -1,6 +1,7 @@
 """Election under faults: a paused server (the leader steps down by itself, its body is
 cancelled, its stale fence is rejected), a server restart and a compaction while the observer
-is disconnected (it reports the true leader, never a stale one)."""
+is disconnected (it reports the true leader, never a stale one), and terms that came and went
+while the observer was cut off (each is reported, or a gap is said)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from etcd_recipes import (
     LeaderLatch,
     LeaderObserver,
     LeaderSelector,
+    LeadershipGap,
     LeadershipLostError,
     LeadershipTerm,
     Op,
+    Vacated,
     connect,
 )
 from tests.helpers import eventually
@@ -145,7 +148,47 @@ async def test_observer_resyncs_after_compaction_while_disconnected(
                     await eventually(
                         lambda: observer.current_leader == "b", timeout=15, what="resynced"
                     )
-                    # The hand-over was compacted away: one event, the truth.
-                    assert seen == [Elected("b", b.fencing_token)]
+                    # The hand-over was compacted away: said so, then the truth.
+                    assert len(seen) == 2 and isinstance(seen[0], LeadershipGap)
+                    assert seen[0].revision >= rev > seen[0].after_revision
+                    assert seen[1] == Elected("b", b.fencing_token)
                     assert ConnectionState.SUSPENDED in states
                     assert ConnectionState.RECONNECTED in states
+
+
+@pytest.mark.slow
+async def test_observer_reports_every_term_it_missed_while_blackholed(
+    etcd_client, etcd_proxy, etcd_prefix
+):
+    """Issue 16 item 23: several leadership changes while the observer's connection is
+    blackholed. The watch replays them after the recovery; every term (and its fencing token)
+    is reported, in order, and no gap is claimed because none happened."""
+    path = etcd_prefix + "election"
+    async with connect(etcd_proxy.url, keepalive_time=1, keepalive_timeout=0.5) as far:
+        async with LeaderObserver(far, path) as observer:
+            seen: list[object] = []
+            states: list[ConnectionState] = []
+            observer.add_listener(seen.append)
+            observer.add_connection_state_listener(lambda new, old: states.append(new))
+            etcd_proxy.blackhole()
+            tokens = []
+            for name in ("a", "b", "c"):
+                async with LeaderLatch(etcd_client, path, client_id=name) as latch:
+                    assert await latch.await_leadership(timeout=5)
+                    tokens.append(latch.fencing_token)
+            async with LeaderLatch(etcd_client, path, client_id="d") as last:
+                assert await last.await_leadership(timeout=5)
+                tokens.append(last.fencing_token)
+                await asyncio.sleep(2.5)  # keepalive notices the dead peer
+                assert seen == []  # nothing seen while cut off
+                etcd_proxy.restore()
+                await eventually(
+                    lambda: observer.current_leader == "d", timeout=15, what="recovered"
+                )
+                assert ConnectionState.SUSPENDED in states
+                assert observer.connection_state is ConnectionState.RECONNECTED
+            await eventually(lambda: observer.current_leader is None, what="vacated")
+            expected = []
+            for name, token in zip("abcd", tokens):
+                expected += [Elected(name, token), Vacated()]
+            assert seen == expected

@@ -34,7 +34,9 @@ class LeaderLatch(Recipe, twin_of=_async.LeaderLatch):
                 print("leading with token", latch.fencing_token)
 
     ``start()`` (or ``with``) registers the candidacy and returns; the campaign runs in
-    the background. ``start()`` and ``close()`` are one-shot.
+    the background. ``start()`` and ``close()`` are one-shot. ``with`` starts the
+    candidacy, unlike :class:`LeaderSelector`'s: a latch's whole life is one candidacy, while
+    a selector's candidacies are calls (``run()``, ``start()``) made inside its block.
     """
 
     _a: _async.LeaderLatch

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from etcd_recipes._core.streams import DEFAULT_STREAM_BUFFER
 from etcd_recipes.election import observer as _async
-from etcd_recipes.election.terms import LeadershipEvent
+from etcd_recipes.election.terms import Elected, LeadershipEvent, Vacated
 from etcd_recipes.sync._core.recipe import Recipe
 from etcd_recipes.sync._twin import SyncIterator, check_twin
 
@@ -35,9 +35,9 @@ class LeaderObserver(Recipe, twin_of=_async.LeaderObserver):
                         break
 
     Listeners (:meth:`add_listener`) get each change, not the state at ``start()``; the
-    iterator of :meth:`events` starts with the current state. After any watch recovery
-    (reconnect, compaction) the LEADER key is read again, so a change missed while
-    disconnected is reported and a stale leader never is.
+    iterator of :meth:`events` starts with the current state. After a reconnect the changes
+    made meanwhile are replayed (every term, in order); when they were compacted away, a
+    :class:`LeadershipGap` ("terms may have been missed") comes first, then the current state.
     """
 
     _a: _async.LeaderObserver
@@ -55,7 +55,7 @@ class LeaderObserver(Recipe, twin_of=_async.LeaderObserver):
         return self._rt.call_sync(lambda: self._a.current_leader)
 
     @property
-    def current(self) -> LeadershipEvent:
+    def current(self) -> Elected | Vacated:
         """The current state as an event: :class:`Elected` (with the fencing token) or
         :class:`Vacated`."""
         return self._rt.call_sync(lambda: self._a.current)

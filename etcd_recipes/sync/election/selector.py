@@ -22,35 +22,45 @@ __all__ = ["LeaderSelector"]
 
 
 class LeaderSelector(Recipe, twin_of=_async.LeaderSelector):
-    """Runs for election; when elected, runs ``take_leadership(term)``. Leadership lasts while
-    that coroutine runs.
+    """Runs for election; when elected, runs ``take_leadership(selector, term)``. Leadership
+    lasts while that coroutine runs.
 
     Example::
 
         from etcd_recipes.sync import LeaderSelector, LeadershipTerm
 
-        def take_leadership(term: LeadershipTerm) -> None:
+        def take_leadership(selector: LeaderSelector, term: LeadershipTerm) -> None:
             # The leader's work: cancelled on a loss (a blocking body polls term.is_current).
-            print("leading with token", term.fencing_token)
+            print(selector.client_id, "leading with token", term.fencing_token)
 
         with LeaderSelector(client, f"{prefix}/election", take_leadership) as selector:
             term = selector.run()  # campaign, lead, step down; or: start()
             assert term is not None and not term.is_current
 
-    :param take_leadership: ``def take_leadership(term) -> None``; the term ends when it
-        returns (or raises). With ``cancel_on_loss=True`` (the default) it is cancelled when the
-        term is lost, and the caller of :meth:`run` gets
-        :class:`~etcd_recipes.errors.LeadershipLostError`.
-    :param relinquish: ``def relinquish(term) -> None``, always called after a term
-        (returned, raised, lost or closed), before the LEADER key is deleted; bounded to 5 s.
+    :param take_leadership: ``def take_leadership(selector, term) -> None`` -- what the
+        reference passes (the selector) plus the term; a hook of one parameter gets only the
+        term (the earlier form, still accepted). The term ends when it returns (or raises).
+        With ``cancel_on_loss=True`` (the default) it is cancelled when the term is lost, and
+        the caller of :meth:`run` gets :class:`~etcd_recipes.errors.LeadershipLostError`.
+    :param relinquish: ``def relinquish(selector, term) -> None`` (or ``(term)``), always
+        called after a term (returned, raised, lost or closed), before the LEADER key is
+        deleted; bounded to 5 s.
     :param lease_ttl: seconds; a crashed leader's term ends this long after its last renewal.
     :param cancel_on_loss: set False to let ``take_leadership`` run on after a loss (it should
         then watch ``term.is_current``).
+    :param auto_requeue: campaign again after each term (Curator's ``autoRequeue``): one
+        candidacy then lasts until ``close()``; a term that failed or was lost is recorded
+        (``exceptions``) instead of raised, and the next campaign waits, when other candidates
+        exist, until one of them has won (at most ``lease_ttl``), so the leadership rotates.
 
-    One candidacy (``start()`` or ``run()``) is at most one term; afterwards ``start()`` or
-    ``run()`` may be called again. ``close()`` ends a candidacy: a campaign is withdrawn, a
-    running term is cancelled, relinquished and released. ``with`` does not start a
-    candidacy (it only closes the selector on exit).
+    One candidacy (``start()`` or ``run()``) is at most one term unless ``auto_requeue``;
+    afterwards ``start()`` or ``run()`` may be called again. ``close()`` ends a candidacy: a
+    campaign is withdrawn, a running term is cancelled, relinquished and released.
+    ``with`` does not start a candidacy, unlike :class:`LeaderLatch`'s: a selector's
+    candidacy is a call you make inside the block (``run()`` in the calling thread, or
+    ``start()``), and ``run()`` could not be called in a block that had already started one.
+    The block scopes the selector's life (``close()`` on exit), like the reference's
+    ``withLeaderSelector``.
     """
 
     _a: _async.LeaderSelector
@@ -59,12 +69,13 @@ class LeaderSelector(Recipe, twin_of=_async.LeaderSelector):
         self,
         client: EtcdClient,
         path: str,
-        take_leadership: Callable[[LeadershipTerm], None],
+        take_leadership: Callable[..., None],
         *,
-        relinquish: Callable[[LeadershipTerm], None] | None = None,
+        relinquish: Callable[..., None] | None = None,
         lease_ttl: float = DEFAULT_TTL,
         client_id: str | None = None,
         cancel_on_loss: bool = True,
+        auto_requeue: bool = False,
     ) -> None:
         check_twin(client, "client")
         value = client._rt.call_sync(
@@ -76,6 +87,7 @@ class LeaderSelector(Recipe, twin_of=_async.LeaderSelector):
             lease_ttl=lease_ttl,
             client_id=client_id,
             cancel_on_loss=cancel_on_loss,
+            auto_requeue=auto_requeue,
         )
         self._bind(client._rt, value, client._owner())
 
@@ -103,14 +115,16 @@ class LeaderSelector(Recipe, twin_of=_async.LeaderSelector):
 
         Returns the term (ended), or ``None`` if ``close()`` was called before winning.
         Raises :class:`~etcd_recipes.errors.LeadershipLostError` if the term was lost (with
-        ``cancel_on_loss``), or whatever ``take_leadership`` raised. Cancelling it withdraws the
-        candidacy (no participant or LEADER key left) and re-raises the cancellation.
+        ``cancel_on_loss``), or whatever ``take_leadership`` raised. With ``auto_requeue`` it
+        leads term after term and returns (the last term) only once ``close()`` is called;
+        failed or lost terms are recorded instead. Cancelling it withdraws the candidacy (no
+        participant or LEADER key left) and re-raises the cancellation.
 
         Example::
 
             from etcd_recipes.sync import LeaderSelector, LeadershipTerm
 
-            def take_leadership(term: LeadershipTerm) -> None:
+            def take_leadership(selector: LeaderSelector, term: LeadershipTerm) -> None:
                 print("leading with token", term.fencing_token)
 
             with LeaderSelector(client, f"{prefix}/election", take_leadership) as selector:
@@ -126,7 +140,7 @@ class LeaderSelector(Recipe, twin_of=_async.LeaderSelector):
 
             from etcd_recipes.sync import LeaderSelector, LeadershipTerm
 
-            def take_leadership(term: LeadershipTerm) -> None:
+            def take_leadership(selector: LeaderSelector, term: LeadershipTerm) -> None:
                 print("leading with token", term.fencing_token)
 
             with LeaderSelector(client, f"{prefix}/election", take_leadership) as selector:
@@ -139,6 +153,11 @@ class LeaderSelector(Recipe, twin_of=_async.LeaderSelector):
     def cancel_on_loss(self) -> bool:
         """Whether a lost term cancels ``take_leadership``."""
         return self._rt.call_sync(lambda: self._a.cancel_on_loss)
+
+    @property
+    def auto_requeue(self) -> bool:
+        """Whether a candidacy campaigns again after each term (until ``close()``)."""
+        return self._rt.call_sync(lambda: self._a.auto_requeue)
 
     @property
     def is_leader(self) -> bool:
