@@ -105,6 +105,7 @@ RESULT_TYPES = {
     "ReadWriteLockView", "EventStream", "Watch", "WatchItem", "Recipe", "EtcdClient",
     "AcquisitionLease", "SelfHealingLease", "DeleteOp", "GetOp", "PutOp", "TxnOp", "Compare",
     "EtcdMetrics", "Codec", "RetryPolicy", "LockParticipant", "NamingEndpoint",
+    "LeadershipGap", "LeaseResumed",
 }  # fmt: skip
 # ...whose methods are walked on instances made by the library instead (see _instances()).
 
