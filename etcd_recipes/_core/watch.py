@@ -129,6 +129,7 @@ class Watch:
         self._awaiting_resync = False  # compacted: the consumer re-creates it after the hook
         self._floor = 0  # events below it are stale (covered by the last resync's re-read)
         self._requested = 0  # the start revision of the create in flight
+        self._exact = False  # the next (or in-flight) create starts at _resume itself
         self._settled = Signal()  # set once created, or closed/failed before that
         self._server_active = False
         self._suspended = False
@@ -351,7 +352,7 @@ class Watch:
         if self._no_delete:
             filters.append(pb.WatchCreateRequest.NODELETE)
         start = max(self._resume, 0)
-        if self._created and start > 1:
+        if self._created and start > 1 and not self._exact:
             start -= 1  # one revision early (etcd-io/etcd#18089); _on_events drops it
         self._requested = start
         create = pb.WatchCreateRequest(
@@ -383,6 +384,23 @@ class Watch:
             self._queue.put_nowait(event)
         self._created = True
         self._settled.set()
+
+    def _needs_recreate(self, header_revision: int) -> bool:
+        """After a create reply: should the watch be re-created at once?
+
+        A watch created one revision early (see :meth:`_create_request`) is caught up by etcd's
+        100 ms loop and never counts as synced, so progress requests would not advance it.
+        When nothing was written since its resume point (the head is ``resume - 1``), a
+        compaction cannot be *at* ``resume`` and a create at ``resume`` itself is safe -- and
+        synced at once. If that exact create then finds newer writes (a compaction at
+        ``resume`` may have come with them), it is re-created early again."""
+        if self._exact:
+            self._exact = False
+            return self._requested <= header_revision
+        if self._created and self._requested == header_revision == self._resume - 1:
+            self._exact = True
+            return True
+        return False
 
     def _on_events(self, events: list[WatchEvent], header_revision: int) -> None:
         if events and events[0].kv.mod_revision < self._resume:

@@ -215,6 +215,9 @@ class WatchHub:
         watch = watch_or_none
         if msg.created and not msg.canceled:
             watch._on_created(revision)
+            if watch._needs_recreate(revision):
+                self.recreate(watch)
+                return
         if msg.canceled:
             watch._server_active = False
             self._forget_id(watch, cancel=False)

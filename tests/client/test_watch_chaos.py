@@ -707,3 +707,35 @@ async def test_a_compaction_pending_across_a_stream_failure_resyncs_once(fresh_e
             task.cancel()
             with _suppress():
                 await task
+
+
+async def test_an_idle_watch_is_synced_again_after_a_reconnect(
+    etcd_proxy, etcd_client, etcd_prefix
+):
+    """Re-creating one revision early must not cost an idle watch its "caught up" status:
+    with nothing written since its resume point it is re-created at that point itself, so a
+    progress request still advances it (what a cache's ``wait_for_revision`` relies on)."""
+    key = etcd_prefix + "idle"
+    rev = (await etcd_client.put(key, b"0")).revision
+    async with (
+        connect(etcd_proxy.url, **FAST) as watcher,
+        watcher.watch(key, start_revision=rev + 1) as watch,
+    ):
+        assert watch.is_synced
+        opened = watcher._watch_hub.streams_opened
+        etcd_proxy.cut()
+        deadline = time.monotonic() + 10
+        while watcher._watch_hub.streams_opened == opened or not watch._server_active:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        while not watch.is_synced:
+            assert time.monotonic() < deadline, "the re-created idle watch never synced"
+            await asyncio.sleep(0.01)
+        head = (await etcd_client.put(etcd_prefix + "other", b"x")).revision
+        while watch.resume_revision <= head:
+            assert time.monotonic() < deadline, watch.resume_revision
+            watcher.request_progress()
+            await asyncio.sleep(0.05)
+        await etcd_client.put(key, b"1")
+        event = await asyncio.wait_for(watch.__anext__(), 5)
+        assert event.kv.value == b"1"  # and the re-created watch delivers
