@@ -48,6 +48,7 @@ from etcd_recipes import (
     CacheEventType,
     EtcdRecipeError,
     EventType,
+    KeyValue,
     PrefixCache,
     ResilienceConfig,
     RetryPolicy,
@@ -739,3 +740,58 @@ async def test_an_idle_watch_is_synced_again_after_a_reconnect(
         await etcd_client.put(key, b"1")
         event = await asyncio.wait_for(watch.__anext__(), 5)
         assert event.kv.value == b"1"  # and the re-created watch delivers
+
+
+# ---------------------------------------------------------------------------- the checker itself
+
+
+def _event(rev: int, key: str, value: bytes | None) -> WatchEvent:
+    kind = EventType.PUT if value is not None else EventType.DELETE
+    return WatchEvent(kind, KeyValue(key.encode(), value or b"", 0, rev, 1, 0))
+
+
+def _run(history: dict[int, list[Op]], items: list[object], acked: list[Write]) -> Run:
+    run = Run(seed=0, history=history, head=max(history), acked=acked, watch_items=items)
+    run.attempted = {w.op for w in acked}
+    run.final_state = state_at(history, run.head)
+    return run
+
+
+def test_checker_blames_a_missed_event_on_the_watch():
+    history = {2: [("PUT", "/a", b"1")], 3: [("DELETE", "/a", None)], 4: [("PUT", "/b", b"2")]}
+    acked = [Write(r, ops[0]) for r, ops in history.items()]
+    items = [_event(2, "/a", b"1"), _event(4, "/b", b"2")]  # the DELETE at 3 never came
+    verdict = check(_run(history, items, acked))
+    assert not verdict.etcd and not verdict.tainted
+    assert any("[3] never delivered" in m for m in verdict.ours), verdict
+    assert any("mirror differs" in m for m in verdict.ours), verdict
+
+
+def test_checker_blames_a_lost_committed_write_on_etcd():
+    # The watcher was served v1 at revision 3 (acknowledged to the writer too); after a
+    # SIGKILL etcd's history holds another write at 3: etcd forgot a committed write and
+    # reused its revision. The watch resumed at 4, so it never saw the new revision 3.
+    history = {2: [("PUT", "/a", b"0")], 3: [("PUT", "/b", b"v2")], 4: [("PUT", "/a", b"v3")]}
+    lost = Write(3, ("PUT", "/a", b"v1"))
+    acked = [Write(2, history[2][0]), lost, Write(3, history[3][0]), Write(4, history[4][0])]
+    items = [_event(2, "/a", b"0"), _event(3, "/a", b"v1"), _event(4, "/a", b"v3")]
+    verdict = check(_run(history, items, acked))
+    assert verdict.tainted == {3}
+    assert not verdict.ours, verdict
+    assert any("two acknowledged writes got revision 3" in m for m in verdict.etcd), verdict
+
+
+def test_checker_blames_a_duplicate_and_a_stale_resync_on_the_watch():
+    history = {2: [("PUT", "/a", b"1")], 3: [("PUT", "/a", b"2")], 4: [("PUT", "/b", b"3")]}
+    acked = [Write(r, ops[0]) for r, ops in history.items()]
+    run = _run(history, [], acked)
+    run.hook_snapshots[4] = {"/a": b"2"}  # read at 3
+    run.watch_items = [
+        _event(2, "/a", b"1"),
+        WatchResynced(b"/", 3, 4),
+        _event(3, "/a", b"2"),  # older than the anchor, after the resync
+        _event(4, "/b", b"3"),
+    ]
+    verdict = check(run)
+    assert not verdict.etcd
+    assert any("revision 3 delivered again" in m for m in verdict.ours), verdict
