@@ -6,9 +6,16 @@ Guarantees:
 * after any stream failure a watch resumes at ``last seen revision + 1`` -- no event is lost or
   delivered twice across a reconnect; progress notifications advance that revision;
 * when the history it needs was compacted, a watch with a ``resync`` hook calls it (the hook
-  re-reads the state and returns the revision to continue from) and reports ``WatchResynced``;
-  a raw watch without a hook raises :class:`~etcd_recipes.errors.CompactedError` -- it never
-  hangs and never silently skips the gap;
+  re-reads the state and returns the revision to continue from) and reports ``WatchResynced``
+  -- once per compaction it meets, however often the stream fails meanwhile, and no event
+  older than the hook's revision is delivered after it; a raw watch without a hook raises
+  :class:`~etcd_recipes.errors.CompactedError` -- it never hangs and never silently skips
+  the gap;
+* a watch re-created after a failure or a resync asks etcd for one revision more than it
+  needs (``resume - 1``; the replayed revision is dropped): etcd before 3.5.15 serves a watch
+  that starts *exactly at* the compact revision but has dropped a DELETE made at that
+  revision (etcd-io/etcd#18089), so resuming there could skip a deletion silently -- the one
+  extra revision turns that case into a compaction (a resync, or ``CompactedError``);
 * iterating a watch yields data events only (:class:`~etcd_recipes.types.WatchEvent`), so a
   plain ``async for`` loop never meets anything else; recovery events
   (``WatchSuspended``/``WatchResubscribed``/``WatchResynced``/``WatchFailed``) go to the
@@ -20,6 +27,10 @@ Guarantees:
 Not guaranteed: a watch created "from now" (``start_revision=0``) that suspends before seeing
 any event or progress notification resumes from the server's current revision, a possible gap
 reported as ``WatchResubscribed(resume_revision=0)``; anchor watches at a read's revision + 1.
+The *first* create uses ``start_revision`` as given (a watch above the head is served at once,
+one at or below it by etcd's 100 ms catch-up loop), so a ``start_revision`` that is exactly
+the compact revision inherits etcd-io/etcd#18089; a re-created watch waits up to ~100 ms for
+etcd's catch-up loop before its first event.
 """
 
 from __future__ import annotations
@@ -115,6 +126,10 @@ class Watch:
         self._queue: Mailbox[_QueueItem] = Mailbox()
         self._buffer: deque[WatchItem | WatchProgress] = deque()
         self._created = False
+        self._awaiting_resync = False  # compacted: the consumer re-creates it after the hook
+        self._floor = 0  # events below it are stale (covered by the last resync's re-read)
+        self._requested = 0  # the start revision of the create in flight
+        self._exact = False  # the next (or in-flight) create starts at _resume itself
         self._settled = Signal()  # set once created, or closed/failed before that
         self._server_active = False
         self._suspended = False
@@ -266,6 +281,8 @@ class Watch:
 
     async def _absorb(self, item: _QueueItem) -> None:
         if isinstance(item, list):
+            if item and item[0].kv.mod_revision < self._floor:
+                item = [event for event in item if event.kv.mod_revision >= self._floor]
             self._buffer.extend(item)
         elif isinstance(item, _Compacted):
             await self._handle_compaction(item.revision)
@@ -278,6 +295,7 @@ class Watch:
 
     async def _handle_compaction(self, compact_revision: int) -> None:
         if self._resync is None:
+            self._awaiting_resync = False
             self._error = CompactedError(
                 f"watch on {self.key!r}: history was compacted up to revision {compact_revision};"
                 " re-read the state and watch again from the read's revision + 1",
@@ -295,13 +313,15 @@ class Watch:
             except EtcdRecipeError as exc:
                 delay = self._resilience.retry_policy.next_delay(attempt, time.monotonic() - start)
                 if delay is None:
+                    self._awaiting_resync = False
                     failed = WatchFailed(self.key, exc)
                     self._emit(failed)
                     await self._absorb(failed)
                     self._close_now()
                     return
                 await asyncio.sleep(delay)
-        self._resume = anchor
+        self._resume = self._floor = anchor
+        self._awaiting_resync = False
         event = WatchResynced(self.key, compact_revision, anchor)
         self._hub.metrics.increment_watch_recovery("resynced", self.key)
         self._emit(event)
@@ -331,10 +351,14 @@ class Watch:
             filters.append(pb.WatchCreateRequest.NOPUT)
         if self._no_delete:
             filters.append(pb.WatchCreateRequest.NODELETE)
+        start = max(self._resume, 0)
+        if self._created and start > 1 and not self._exact:
+            start -= 1  # one revision early (etcd-io/etcd#18089); _on_events drops it
+        self._requested = start
         create = pb.WatchCreateRequest(
             key=self._key,
             range_end=self._range_end or b"",
-            start_revision=max(self._resume, 0),
+            start_revision=start,
             progress_notify=self._resilience.progress_notify,
             filters=filters,
             prev_kv=self._prev_kv,
@@ -350,7 +374,7 @@ class Watch:
             self._resume = header_revision + 1
         # Synced from the start only if it starts above the head; a replaying watch is synced
         # once etcd sends it a per-watch progress notification.
-        self._synced = self._resume > header_revision
+        self._synced = self._requested > header_revision or self._requested <= 0
         if self._suspended:
             self._suspended = False
             self._attempt = 0
@@ -361,7 +385,27 @@ class Watch:
         self._created = True
         self._settled.set()
 
+    def _needs_recreate(self, header_revision: int) -> bool:
+        """After a create reply: should the watch be re-created at once?
+
+        A watch created one revision early (see :meth:`_create_request`) is caught up by etcd's
+        100 ms loop and never counts as synced, so progress requests would not advance it.
+        When nothing was written since its resume point (the head is ``resume - 1``), a
+        compaction cannot be *at* ``resume`` and a create at ``resume`` itself is safe -- and
+        synced at once. If that exact create then finds newer writes (a compaction at
+        ``resume`` may have come with them), it is re-created early again."""
+        if self._exact:
+            self._exact = False
+            return self._requested <= header_revision
+        if self._created and self._requested == header_revision == self._resume - 1:
+            self._exact = True
+            return True
+        return False
+
     def _on_events(self, events: list[WatchEvent], header_revision: int) -> None:
+        if events and events[0].kv.mod_revision < self._resume:
+            # Replayed (a re-create starts one revision early): delivered already.
+            events = [event for event in events if event.kv.mod_revision >= self._resume]
         if events:
             self._resume = max(self._resume, events[-1].kv.mod_revision + 1)
             self._queue.put_nowait(events)
@@ -385,6 +429,10 @@ class Watch:
 
     def _on_compacted(self, compact_revision: int) -> None:
         self._server_active = False
+        # Until the consumer has run the resync hook, re-creating it (after a stream failure)
+        # would only meet the same compaction again: a second resync, and events of the
+        # first one's re-create queued behind the second (stale once it anchors later).
+        self._awaiting_resync = self._resync is not None
         self._queue.put_nowait(_Compacted(compact_revision))
 
     def _on_failure(self, cause: BaseException | None) -> bool:

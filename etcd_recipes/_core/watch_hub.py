@@ -138,7 +138,8 @@ class WatchHub:
                 self._pending.clear()
                 for watch in list(self._all):
                     watch._id = None
-                    self._send_create(watch)
+                    if not watch._awaiting_resync:  # its consumer re-creates it after the hook
+                        self._send_create(watch)
                 self._stream_up = True
                 writer = asyncio.get_running_loop().create_task(self._write_loop(call))
                 got_any = False
@@ -214,6 +215,9 @@ class WatchHub:
         watch = watch_or_none
         if msg.created and not msg.canceled:
             watch._on_created(revision)
+            if watch._needs_recreate(revision):
+                self.recreate(watch)
+                return
         if msg.canceled:
             watch._server_active = False
             self._forget_id(watch, cancel=False)
