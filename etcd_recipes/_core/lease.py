@@ -246,13 +246,19 @@ class LeaseKeeper:
             self._metrics.increment_keep_alive("renewal", reg.lease_id)
 
 
+GRANT_ANSWER_TIMEOUT = 1.0
+"""Seconds a cancelled grant waits for the server's answer (then: revoke what it granted)."""
+
+
 async def _grant(client: EtcdClient, ttl: int) -> LeaseGrant:
     """Grant a lease so that no cancellation can leave it behind.
 
     The grant runs in its own task. A cancellation (or timeout) that lands while it is in
-    flight waits -- shielded, bounded by the cleanup timeout -- for the server's answer, revokes
-    the lease it granted, then re-raises unchanged. The caller records a lease only after this
-    returns, so without it a lease granted for a caller that is gone would live on, owned by
+    flight waits -- shielded, bounded by :data:`GRANT_ANSWER_TIMEOUT` -- for the server's
+    answer, revokes the lease it granted, then re-raises unchanged. The bound is short: a
+    healthy server answers in milliseconds, and a hung one must not stretch the caller's
+    deadline (a lease granted after the bound is owned by nobody and expires at its TTL).
+    The caller records a lease only after this returns, so without it a lease granted for a caller that is gone would live on, owned by
     nobody, until its TTL -- with whatever the caller's next step attaches to it.
     """
     from .waiting import run_shielded
@@ -271,7 +277,11 @@ async def _grant(client: EtcdClient, ttl: int) -> LeaseGrant:
                 return  # not granted, or unknowable: it expires at its TTL
             await client.lease_revoke(grant.id)
 
-        await run_shielded(answered_then_revoked, what="revoking a lease granted too late")
+        await run_shielded(
+            answered_then_revoked,
+            what="revoking a lease granted too late",
+            timeout=GRANT_ANSWER_TIMEOUT,
+        )
         raise
 
 

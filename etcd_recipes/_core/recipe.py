@@ -32,7 +32,7 @@ from .keys import client_id as make_client_id
 from .listeners import ListenerSet
 from .logctx import recipe_context
 from .streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
-from .validate import check_client, check_path
+from .validate import check_client, check_key_name, check_path
 from .waiting import CLEANUP_TIMEOUT, run_shielded
 
 if TYPE_CHECKING:
@@ -73,10 +73,14 @@ class Recipe:
     one_shot: ClassVar[bool] = True
     """Whether ``start()`` may be called only once."""
     _path_arg: ClassVar[str] = "path"  # the constructor's name for it, in error messages
+    _absolute_path: ClassVar[bool] = True  # False: any etcd key name (read-only views, Go naming)
 
     def __init__(self, client: EtcdClient, path: str, *, client_id: str | None = None) -> None:
         self._client = check_client(client)
-        self.path = check_path(path, what=self._path_arg)
+        if self._absolute_path:
+            self.path = check_path(path, what=self._path_arg)
+        else:
+            self.path = check_key_name(path, what=self._path_arg)
         """The recipe's key path."""
         self.client_id = client_id or make_client_id(type(self).__name__)
         """This instance's identity (``"<Class>:<7 random chars>"`` by default)."""

@@ -58,6 +58,7 @@ __all__ = [
     "check_duration",
     "check_int64",
     "check_int_range",
+    "check_key_name",
     "check_lease",
     "check_lease_id",
     "check_path",
@@ -272,6 +273,23 @@ def check_path(path: Any, *, what: str = "path") -> str:
     if "\x00" in path:
         raise InvalidPathError(f"{what} must not contain a NUL character, got {path!r}")
     return path
+
+
+def check_key_name(name: Any, *, what: str) -> str:
+    """An etcd key name or prefix that need not be a recipe path (a Go naming target such as
+    ``"services/echo"``, a cache over another program's keys): a non-empty ``str`` without
+    NUL. Recipes that *write* at a path of their own choosing use :func:`check_path`.
+
+    >>> check_key_name("services/echo", what="target")
+    'services/echo'
+    """
+    if not isinstance(name, str):
+        raise InvalidArgumentTypeError(f"{what} must be a str, not {type(name).__name__}")
+    if not name:
+        raise EmptyPathError(f"{what} must not be empty")
+    if "\x00" in name:
+        raise InvalidPathError(f"{what} must not contain a NUL character, got {name!r}")
+    return name
 
 
 def check_delay(delay: Any, *, what: str = "delay") -> float:

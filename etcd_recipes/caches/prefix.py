@@ -105,6 +105,7 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
     """
 
     _path_arg = "prefix"
+    _absolute_path = False  # a read-only view may follow any keys (another program's, Go's)
 
     def __init__(
         self,

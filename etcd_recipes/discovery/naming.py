@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 from .._core.recipe import Recipe
 from .._core.streams import Broadcast, EventStream
-from .._core.validate import check_path, check_ttl
+from .._core.validate import check_key_name, check_ttl
 from ..caches.prefix import PrefixCache
-from ..errors import CodecError, EventStreamOverflowError, InvalidArgumentError
+from ..errors import CodecError, EmptyPathError, EventStreamOverflowError, InvalidArgumentError
 from ..keyvalue import TransientKeyValue
 
 if TYPE_CHECKING:
@@ -118,8 +118,12 @@ class _RecordCodec:
 
 
 def _target(target: str) -> str:
-    target = check_path(target)
-    return target.removesuffix("/")
+    # Go targets are etcd key names (``etcd:///services/echo`` -> ``services/echo``): no
+    # leading slash needed, as with etcdctl and etcd's own lock and election services.
+    target = check_key_name(target, what="target").removesuffix("/")
+    if not target:
+        raise EmptyPathError("target must not be empty (or only '/')")
+    return target
 
 
 class NamingEndpoints(Recipe):
@@ -135,6 +139,8 @@ class NamingEndpoints(Recipe):
         async with NamingEndpoints(client, target) as view:
             assert [e.addr for e in view.endpoints()] == ["10.0.0.7:50051"]
     """
+
+    _absolute_path = False  # a Go target is an etcd key name (see _target)
 
     def __init__(self, client: EtcdClient, target: str, *, client_id: str | None = None) -> None:
         self.target: str = _target(target)
@@ -254,6 +260,11 @@ def naming_registration(
     suffix = addr if key is None else key
     if not isinstance(suffix, str) or not suffix:
         raise InvalidArgumentError(f"key must be a non-empty str, got {key!r}")
-    return TransientKeyValue(
-        client, f"{_target(target)}/{suffix}", record, lease_ttl=check_ttl(ttl)
-    )
+    return _NamingRecord(client, f"{_target(target)}/{suffix}", record, lease_ttl=check_ttl(ttl))
+
+
+class _NamingRecord(TransientKeyValue[bytes]):
+    """A Go naming record: its key is under a Go target, an etcd key name that need not start
+    with ``/`` (see :func:`_target`); otherwise a plain transient key/value."""
+
+    _absolute_path = False
