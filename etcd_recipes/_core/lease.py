@@ -258,8 +258,9 @@ async def _grant(client: EtcdClient, ttl: int) -> LeaseGrant:
     answer, revokes the lease it granted, then re-raises unchanged. The bound is short: a
     healthy server answers in milliseconds, and a hung one must not stretch the caller's
     deadline (a lease granted after the bound is owned by nobody and expires at its TTL).
-    The caller records a lease only after this returns, so without it a lease granted for a caller that is gone would live on, owned by
-    nobody, until its TTL -- with whatever the caller's next step attaches to it.
+    The caller records a lease only after this returns, so without it a lease granted for a
+    caller that is gone would live on, owned by nobody, until its TTL -- with whatever the
+    caller's next step attaches to it.
     """
     from .waiting import run_shielded
 
