@@ -2,6 +2,11 @@
 
 The public async API is re-exported here; the blocking twin lives in :mod:`etcd_recipes.sync`.
 
+"The Kotlin library", in these docstrings, is `etcd-recipes for the JVM
+<https://github.com/pambrose/etcd-recipes>`_ (v0.12): the recipes share its key layouts and value
+formats, so Python and JVM processes can use the same locks, elections, queues and registries;
+each module says where it deviates on purpose.
+
 Layout (one line per folder; ``docs/contributing/code-map.md`` has the rules)::
 
     etcd_recipes/           this export list; client.py (the one door to etcd); value types

@@ -2,7 +2,7 @@
 
 :Status: Beta
 
-Key layout (shared with the JVM library): the key ``<path>`` holds the value as an **8-byte
+Key layout (shared with the Kotlin library): the key ``<path>`` holds the value as an **8-byte
 big-endian signed integer**, with no lease (the counter is durable; closing deletes nothing).
 
 Guarantees: each mutation is a compare-and-swap on the key's mod revision, retried with bounded

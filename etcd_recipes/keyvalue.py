@@ -2,7 +2,7 @@
 
 :Status: Beta
 
-Key layout (shared with the JVM library): ``<key>`` holds the value on a **self-healing**
+Key layout (shared with the Kotlin library): ``<key>`` holds the value on a **self-healing**
 lease of ``lease_ttl`` seconds, written with a plain put (no compare-and-swap), also when the
 lease heals.
 

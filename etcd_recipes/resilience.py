@@ -64,7 +64,7 @@ class RetryPolicy(ABC):
         max_attempts: int | None = None,
         max_elapsed: float | None = None,
     ) -> ExponentialBackoff:
-        """Exponential backoff with bounded jitter (the reference's defaults).
+        """Exponential backoff with bounded jitter (the Kotlin library's defaults).
 
         ``delay = min(initial_delay * factor**(attempt-1), max_delay)``, then scaled by a random
         factor in ``[1 - jitter, 1 + jitter]`` and capped at ``max_delay``. Gives up after
@@ -181,7 +181,7 @@ class RpcResilience:
     anything else is raised at once. Transactions are never retried (a commit may have
     landed); lease revocation is best-effort.
 
-    Deviation from the reference: the per-attempt timeout defaults to 10 s (not 30 s) so that a
+    Deviation from the Kotlin library: the per-attempt timeout defaults to 10 s (not 30 s) so that a
     blackholed endpoint surfaces as an error within a minute rather than two.
     """
 

@@ -1,6 +1,6 @@
 """Key helpers: bytes conversion, prefix ranges, path joining, padding and random tokens.
 
-Layouts follow the reference library so that Python and JVM processes share recipes.
+Layouts follow the Kotlin library so that Python and JVM processes share recipes.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def prefix_range_end(prefix: bytes) -> bytes:
 
 
 def append_to_path(path: str, suffix: str) -> str:
-    """Join like the reference: ``"/a/".append("/b")`` -> ``"/a/b"``."""
+    """Join like the Kotlin library: ``"/a/".append("/b")`` -> ``"/a/b"``."""
     return path.removesuffix("/") + "/" + suffix.removeprefix("/")
 
 
@@ -68,7 +68,7 @@ def random_token(length: int = TOKEN_LENGTH) -> str:
 
 
 def client_id(prefix: str) -> str:
-    """A fresh client id in the reference's shape: ``"<prefix>:<7 random chars>"``."""
+    """A fresh client id in the Kotlin library's shape: ``"<prefix>:<7 random chars>"``."""
     return f"{prefix}:{random_token()}"
 
 

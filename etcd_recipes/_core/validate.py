@@ -25,7 +25,7 @@ for all recipes:
   character (:class:`~etcd_recipes.errors.InvalidPathError`): a relative path, or one joined
   with a doubled slash, is a mistake, and is never silently rewritten to somewhere else. One
   trailing ``/`` is accepted and each recipe keeps its documented layout under it (the queues
-  join like the reference library, so ``"/a/"`` and ``"/a"`` share their children; the mutex
+  join like the Kotlin library, so ``"/a/"`` and ``"/a"`` share their children; the mutex
   keeps etcd's ``<path>/<lease hex>`` exactly as ``etcdctl lock`` does; single-key recipes use
   the path as given). The raw service calls (``server_lock``, ``election_*``) take etcd names,
   which need no ``/``, as ``etcdctl`` does.
@@ -357,7 +357,7 @@ def check_values(values: Any, *, what: str = "values") -> list[Any]:
 
 
 def check_port(port: Any, *, what: str = "port") -> int:
-    """A TCP port: an ``int`` in ``1..65535``, or ``-1`` for "none" (the reference's default).
+    """A TCP port: an ``int`` in ``1..65535``, or ``-1`` for "none" (the Kotlin library's default).
 
     >>> check_port(8080)
     8080

@@ -12,7 +12,7 @@ What the family guarantees (each module states its own in full):
   waiters hold no keys, and a counted member's waiting key is deleted and its lease revoked
   before the call returns (or re-raises);
 * a gate's key and every counted member's waiting key live on **self-healing** leases of
-  ``lease_ttl`` seconds and are created with a compare-and-swap, in the JVM library's layout
+  ``lease_ttl`` seconds and are created with a compare-and-swap, in the Kotlin library's layout
   (a counted round's ``ready`` key has no lease).
 
 What it does not: barriers coordinate, they do not protect. A setter or member paused or

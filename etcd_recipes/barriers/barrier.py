@@ -3,7 +3,7 @@ releases them all.
 
 :Status: Beta
 
-Key layout (shared with the JVM library): the key ``<path>`` holds ``"<client_id>:<token>"`` on a
+Key layout (shared with the Kotlin library): the key ``<path>`` holds ``"<client_id>:<token>"`` on a
 **self-healing** lease of ``lease_ttl`` seconds, created with a compare-and-swap
 (``If(version == 0)``) so that two setters never both win.
 
@@ -22,7 +22,7 @@ partition), etcd deletes the key and every waiter is released; the lease then he
 barrier is set again for *future* waiters. Released waiters are not re-blocked. Treat the gate
 as an optimisation for coordination, not as a safety property.
 
-Deviations from the reference (which this port fixes): an instance that never set the barrier
+Deviations from the Kotlin library (which this port fixes): an instance that never set the barrier
 could delete another client's barrier, and an instance could never re-arm after removal.
 """
 

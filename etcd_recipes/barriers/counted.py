@@ -5,7 +5,7 @@ rendezvous for leaving.
 
 :Status: Beta
 
-Key layout (shared with the JVM library):
+Key layout (shared with the Kotlin library):
 
 * ``<path>/ready`` -- **no lease**; created by the first arrival of a round (value: its
   ``"<client_id>:<token>"``) and deleted when the round is released. Its create revision
@@ -35,7 +35,7 @@ Not guaranteed: a member whose process is paused or partitioned for longer than
 crashed member stops counting after ``lease_ttl``. The ``ready`` key has no lease, so a round
 whose members all left remains open for the next arrivals.
 
-Deviations from the reference (which this port fixes): arrivals racing with a release could be
+Deviations from the Kotlin library (which this port fixes): arrivals racing with a release could be
 counted in the wrong round, a member could be released by a count that had just dropped below
 N, and the double barrier did not pass its client id and TTL to its two barriers.
 """

@@ -4,12 +4,12 @@
 
 :Status: Beta
 
-Key layout (shared with the JVM library): two counted barriers, at ``<path>/enter`` and
+Key layout (shared with the Kotlin library): two counted barriers, at ``<path>/enter`` and
 ``<path>/leave``, with this recipe's client id and TTL. Their guarantees, and what they do not
 guarantee, are those of :class:`~etcd_recipes.DistributedBarrierWithCount` (``counted.py``),
 for each phase.
 
-Deviation from the reference (which this port fixes): the double barrier did not pass its
+Deviation from the Kotlin library (which this port fixes): the double barrier did not pass its
 client id and TTL to its two barriers.
 """
 
@@ -45,7 +45,7 @@ class DistributedDoubleBarrier(Recipe):
             assert await barrier.leave(timeout=10)
 
     Built on two :class:`DistributedBarrierWithCount` at ``<path>/enter`` and
-    ``<path>/leave`` (the reference's layout), with this recipe's client id and TTL.
+    ``<path>/leave`` (the Kotlin library's layout), with this recipe's client id and TTL.
     """
 
     one_shot = False

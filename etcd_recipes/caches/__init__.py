@@ -2,6 +2,6 @@
 
 * :mod:`.prefix` -- :class:`~etcd_recipes.PrefixCache`, the one cache recipe (a prefix or a key);
 * :mod:`.events` -- what it holds and reports (entries, per-revision batches, events);
-* :mod:`.node` and :mod:`.children` -- the reference's ``NodeCache`` and
-  ``PathChildrenCache``, thin layers over it with the reference's names and events.
+* :mod:`.node` and :mod:`.children` -- the Kotlin library's ``NodeCache`` and
+  ``PathChildrenCache``, thin layers over it with the Kotlin library's names and events.
 """

@@ -1,4 +1,4 @@
-"""The plumbing shared by the reference-named caches (NodeCache, PathChildrenCache): each is a
+"""The plumbing shared by the Kotlin-named caches (NodeCache, PathChildrenCache): each is a
 recipe over one PrefixCache that starts and closes with it and reports its connection state
 and failures as its own. Package-private."""
 

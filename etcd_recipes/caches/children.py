@@ -1,18 +1,18 @@
-"""PathChildrenCache: the reference's cache of a path's children, a thin layer over a
+"""PathChildrenCache: the Kotlin library's cache of a path's children, a thin layer over a
 :class:`~etcd_recipes.PrefixCache` of ``path + "/"``.
 
-Guarantees: everything :class:`~etcd_recipes.PrefixCache` guarantees, with the reference's
+Guarantees: everything :class:`~etcd_recipes.PrefixCache` guarantees, with the Kotlin library's
 names and events: children are named relative to the path (nested keys give ``"a/b"``; the
 one trailing ``/`` is handled once, so ``"/svc"`` and ``"/svc/"`` name children alike);
 ``CHILD_ADDED`` / ``CHILD_UPDATED`` / ``CHILD_REMOVED`` (its data: the value the cache held);
 ``INITIALIZED`` with ``initial_data`` in ``POST_INITIALIZED_EVENT`` mode -- always sent once
 the load is done, even if children vanish meanwhile (CURATOR-4). Python generics make the
-typed form: ``PathChildrenCache(client, path, codec=JSON)`` is the reference's
+typed form: ``PathChildrenCache(client, path, codec=JSON)`` is the Kotlin library's
 ``TypedPathChildrenCache``.
 
-Deviations from the reference (quirks fixed, not copied): a failed initial load raises from
+Deviations from the Kotlin library (quirks fixed, not copied): a failed initial load raises from
 ``start()`` instead of leaving a cache that never watches; ``NORMAL`` mode shows the existing
-children too (it only sends no events for them; the reference hid them until they changed);
+children too (it only sends no events for them; the Kotlin library hid them until they changed);
 a resync reports the difference as events (``synthetic=True``) instead of changing the map
 silently; there is no local-only ``clear()`` (it made the cache disagree with etcd until the
 next change).
@@ -50,7 +50,7 @@ class StartMode(enum.Enum):
     NORMAL = "NORMAL"
     """Load them, send no events for them."""
     BUILD_INITIAL_CACHE = "BUILD_INITIAL_CACHE"
-    """Load them, send no events for them (the reference's name for a loaded start)."""
+    """Load them, send no events for them (the Kotlin library's name for a loaded start)."""
     POST_INITIALIZED_EVENT = "POST_INITIALIZED_EVENT"
     """Load them, then send one ``INITIALIZED`` event carrying them as ``initial_data``."""
 

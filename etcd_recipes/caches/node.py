@@ -1,15 +1,15 @@
-"""NodeCache: the reference's cache of one key, a thin layer over a single-key
+"""NodeCache: the Kotlin library's cache of one key, a thin layer over a single-key
 :class:`~etcd_recipes.PrefixCache`.
 
 Guarantees: everything :class:`~etcd_recipes.PrefixCache` guarantees (``start()`` raises
-rather than start empty; no event lost or repeated across reconnects), with the reference's
+rather than start empty; no event lost or repeated across reconnects), with the Kotlin library's
 events: ``CREATED`` / ``UPDATED`` / ``DELETED`` relative to the cache (a key that existed at
 ``start()`` reports ``UPDATED`` on its next change).
 
-Deviation from the reference (a quirk fixed, not copied): after a compaction the reference
+Deviation from the Kotlin library (a quirk fixed, not copied): after a compaction the Kotlin library
 updated its value silently; here the difference is reported as an event with
 ``synthetic=True``. A value its codec cannot decode is recorded as a background exception and
-its event is not delivered (as in the reference); ``current`` then raises the
+its event is not delivered (as in the Kotlin library); ``current`` then raises the
 :class:`~etcd_recipes.errors.CodecError`.
 
 Not guaranteed: listeners added after ``start()`` get no replay of the current value (read

@@ -2,7 +2,7 @@
 and providers that pick one per call (strategies, a down-instance policy, empty-snapshot
 protection), plus interop with etcd's Go gRPC naming records.
 
-Key layout (shared with the JVM library): ``<service_path>/names/<name>/<id>`` holds the
+Key layout (shared with the Kotlin library): ``<service_path>/names/<name>/<id>`` holds the
 instance's JSON (:meth:`ServiceInstance.to_json`), on one self-healing lease per registration.
 
 Guaranteed: a registration exists while its registrant lives and keeps its lease alive, and is

@@ -1,4 +1,4 @@
-"""The discovery key layout (shared with the JVM library). Family-private."""
+"""The discovery key layout (shared with the Kotlin library). Family-private."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ each; a record that does not parse is skipped (and recorded) by ``query_for_inst
 raises :class:`~etcd_recipes.errors.CodecError` from ``query_for_instance``.
 
 Not guaranteed: queries are snapshots (use a cache or a provider to follow changes).
-Deviation from the JVM library: ``query_for_names()`` returns the distinct service **names**,
+Deviation from the Kotlin library: ``query_for_names()`` returns the distinct service **names**,
 not one full key per instance.
 """
 

@@ -1,6 +1,6 @@
 """ServiceInstance: one registered instance of a service, and its JSON encoding.
 
-The encoding is the JVM library's (kotlinx-serialization with ``encodeDefaults``), byte for
+The encoding is the Kotlin library's (kotlinx-serialization with ``encodeDefaults``), byte for
 byte: the fields in the order ``name, jsonPayload, address, port, sslPort,
 registrationTimeUTC, serviceType, uri, enabled, id``, compact separators, non-ASCII text as
 UTF-8 (not ``\\u`` escapes), control characters as ``\\n``-style or lowercase ``\\u00XX``
@@ -8,12 +8,12 @@ escapes. ``jsonPayload`` is a **string** holding the payload's text (a codec's o
 must be UTF-8), so a JVM process and a Python process read each other's registrations.
 
 Guaranteed: ``ServiceInstance.from_json(i.to_json(codec), codec) == i`` and its ``id`` is
-kept; a record written by the JVM library re-encodes to the same bytes. Decoding accepts
+kept; a record written by the Kotlin library re-encodes to the same bytes. Decoding accepts
 missing optional fields (their defaults; a missing ``registrationTimeUTC`` becomes *now* and a
-missing ``id`` a new random one, as the JVM library does) and ignores unknown fields.
+missing ``id`` a new random one, as the Kotlin library does) and ignores unknown fields.
 
 Not guaranteed: payload evolution (the payload is opaque text to the library); equality
-covers every field **except** ``id`` (as in the JVM library) -- compare ids yourself when you
+covers every field **except** ``id`` (as in the Kotlin library) -- compare ids yourself when you
 mean "the same registration".
 """
 
@@ -57,7 +57,7 @@ def _now_ms() -> int:
 
 
 class ServiceType(enum.Enum):
-    """The JVM library's service types; metadata only (no recipe branches on it).
+    """The Kotlin library's service types; metadata only (no recipe branches on it).
 
     Example::
 
@@ -156,7 +156,7 @@ class ServiceInstance(Generic[PayloadT]):
             ) from exc
 
     def to_json(self, codec: Codec[PayloadT] | None = None) -> bytes:
-        """The JVM library's JSON for this instance, as UTF-8 bytes (see the module doc).
+        """The Kotlin library's JSON for this instance, as UTF-8 bytes (see the module doc).
 
         Example::
 
@@ -197,7 +197,7 @@ class ServiceInstance(Generic[PayloadT]):
 
     @staticmethod
     def from_json(data: bytes | str, codec: Codec[Any] | None = None) -> ServiceInstance[Any]:
-        """Parse the JVM library's JSON; the payload is decoded with ``codec`` (the raw
+        """Parse the Kotlin library's JSON; the payload is decoded with ``codec`` (the raw
         ``jsonPayload`` text without one). Raises :class:`~etcd_recipes.errors.CodecError`
         for anything that is not a valid record.
 

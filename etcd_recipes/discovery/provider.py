@@ -4,7 +4,7 @@
 cached ones that are ``enabled``, pass ``instance_filter`` and are not **down**.
 
 Down-instance policy: ``note_error(instance)`` counts an error against the instance's **id**
-(not its value, as the JVM library does: an update of the payload keeps the count, and two
+(not its value, as the Kotlin library does: an update of the payload keeps the count, and two
 instances with identical fields are not confused); ``error_threshold`` errors within
 ``error_window`` seconds take it out for ``down_period`` seconds, after which it is available
 again by itself.

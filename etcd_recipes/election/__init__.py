@@ -15,7 +15,7 @@ Which one to use:
   listeners, and an async iterator of :class:`Elected` / :class:`Vacated` events, and
   :class:`LeadershipGap` when terms may have been missed).
 
-Key layout (shared with the JVM library, so selectors, latches and observers interoperate, in
+Key layout (shared with the Kotlin library, so selectors, latches and observers interoperate, in
 Python and JVM processes alike):
 
 * ``<path>/LEADER`` = ``"<client_id>:<7 random chars>"`` on a **per-term lease that is never
@@ -49,7 +49,7 @@ TTL keeps *believing* it leads until it notices (up to a keep-alive interval aft
 again); use the fencing compare for writes that must not happen after a term ended. A
 JVM leader may run its term a little past its lease, like any lease-based leader.
 
-Deviations from the reference: ``take_leadership`` receives the :class:`LeadershipTerm` as well
+Deviations from the Kotlin library: ``take_leadership`` receives the :class:`LeadershipTerm` as well
 as the selector (a one-parameter hook gets only the term); :meth:`LeaderLatch.await_leadership`
 is released by ``aclose()`` (it returns False); the participant list is one consistent read.
 

@@ -121,7 +121,7 @@ class _Candidate(Recipe):
 
     def add_leadership_listener(self, listener: Callable[[bool], Any]) -> None:
         """Call ``listener(True)`` when this instance becomes leader and ``listener(False)``
-        when it stops (term ended, lost, or closed) -- the reference's ``isLeader()`` /
+        when it stops (term ended, lost, or closed) -- the Kotlin library's ``isLeader()`` /
         ``notLeader()``, in order."""
         self._leadership_listeners.add(listener)
 

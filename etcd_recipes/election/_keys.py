@@ -1,4 +1,4 @@
-"""The election's key layout (shared with the JVM library): ``<path>/LEADER`` holds
+"""The election's key layout (shared with the Kotlin library): ``<path>/LEADER`` holds
 ``"<client_id>:<7 random chars>"``; ``<path>/participants/<client_id>`` holds ``client_id``.
 
 Private to the election family.
@@ -21,7 +21,7 @@ def participants_prefix(path: str) -> str:
 
 
 def leader_name(value: bytes) -> str:
-    """The client id in a LEADER value ``"<client_id>:<7 chars>"`` (the reference strips 8)."""
+    """The client id in a LEADER value ``"<client_id>:<7 chars>"`` (the Kotlin library strips 8)."""
     text = value.decode("utf-8", errors="replace")
     if len(text) > _SUFFIX and text[-_SUFFIX] == ":":
         return text[:-_SUFFIX]

@@ -193,7 +193,7 @@ class LeaderObserver(Recipe):
 
 async def leadership_events(client: EtcdClient, path: str) -> AsyncIterator[LeadershipEvent]:
     """The leadership events of ``path`` (current state first) from a private
-    :class:`LeaderObserver` that lives as long as the iteration (the reference's
+    :class:`LeaderObserver` that lives as long as the iteration (the Kotlin library's
     ``leadershipAsFlow``). Close the iterator (``contextlib.aclosing``) to stop early.
 
     Example::

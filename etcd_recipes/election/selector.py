@@ -40,7 +40,7 @@ Hook = Callable[..., Awaitable[None]]
 
 
 def _takes_selector(hook: Callable[..., Any]) -> bool:
-    """Whether ``hook`` takes two positional arguments, ``(selector, term)`` (the reference's
+    """Whether ``hook`` takes two positional arguments, ``(selector, term)`` (the Kotlin library's
     ``takeLeadership(selector)`` plus the term), rather than the older ``(term)``."""
     try:
         inspect.signature(hook).bind(None, None)
@@ -87,7 +87,7 @@ class LeaderSelector(_Candidate):
     ``async with`` does not start a candidacy, unlike :class:`LeaderLatch`'s: a selector's
     candidacy is a call you make inside the block (``run()`` in the calling task, or
     ``start()``), and ``run()`` could not be called in a block that had already started one.
-    The block scopes the selector's life (``aclose()`` on exit), like the reference's
+    The block scopes the selector's life (``aclose()`` on exit), like the Kotlin library's
     ``withLeaderSelector``.
     """
 
@@ -137,7 +137,7 @@ class LeaderSelector(_Candidate):
 
     async def __aenter__(self) -> LeaderSelector:
         """``async with`` only scopes the selector's life (``aclose()`` on exit); call
-        :meth:`start` or :meth:`run` inside to run for election (like the reference's
+        :meth:`start` or :meth:`run` inside to run for election (like the Kotlin library's
         ``withLeaderSelector``)."""
         self._check_open()
         return self

@@ -9,7 +9,7 @@ campaign key wins), and a cancelled or timed-out :func:`election_campaign` delet
 Not guaranteed: leadership lasts as long as the lease *you* keep alive; nothing here watches
 for its loss or fences writes for you -- prefer :class:`~etcd_recipes.LeaderSelector` /
 :class:`~etcd_recipes.LeaderLatch`. This layout (``<name>/<lease hex>``) is etcd's, not the
-JVM library's: these calls do not interoperate with the recipes.
+Kotlin library's: these calls do not interoperate with the recipes.
 """
 
 from __future__ import annotations

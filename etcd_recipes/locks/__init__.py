@@ -6,12 +6,12 @@ pass-throughs to etcd's own lock service (:func:`server_lock` / :func:`server_un
 Key layouts:
 
 * mutex -- the layout of etcd's own lock (``concurrency.Mutex``, ``etcdctl lock``, the v3lock
-  service and the JVM library): ``<path>/<lease id in lowercase hex>`` with an empty value,
+  service and the Kotlin library): ``<path>/<lease id in lowercase hex>`` with an empty value,
   created with ``If(create_revision == 0)``; the owner is the key with the **lowest create
   revision** under ``<path>/``. So a Python mutex, ``etcdctl lock <path>``, Go's
   ``concurrency.Mutex`` and JVM processes on the same path exclude each other;
 * read-write lock -- ``<path>/read-<client_id>:<7 chars>`` and ``<path>/write-<client_id>:<7
-  chars>``, value ``client_id`` (the JVM library's layout). Prefix reads use ``<path>/`` (the
+  chars>``, value ``client_id`` (the Kotlin library's layout). Prefix reads use ``<path>/`` (the
   reference reads ``<path>`` without the slash, so ``/locks/ab`` disturbed ``/locks/a``).
 
 Every key is attached to an **acquisition lease** checked out from the client's pool (a Go
@@ -62,7 +62,7 @@ In the blocking facade every call runs in an event-loop task of its own, so ``wi
 one instance take turns, but nested blocks (and a downgrade) on one instance are not reentrant
 there.
 
-Deviations from the reference: holds are per asyncio task (per thread through the blocking
+Deviations from the Kotlin library: holds are per asyncio task (per thread through the blocking
 facade); waiting uses the
 client-side algorithm of ``concurrency.Mutex`` rather than the v3lock RPC (which hands over at
 most every 100 ms per waiter, because its watches start behind the head revision) -- the key

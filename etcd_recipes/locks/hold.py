@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_TTL", "LockHold", "LockLostListener", "LockParticipant"]
 
 DEFAULT_TTL = 2
-"""Seconds: the acquisition lease TTL of the lock recipes (the reference's ``DEFAULT_TTL_SECS``)."""
+"""Seconds: the lock recipes' acquisition lease TTL (the Kotlin library's ``DEFAULT_TTL_SECS``)."""
 
 LockLostListener = Callable[[BaseException | None], Any]
 """Called with the cause (or ``None``) once per lost hold (or permit)."""

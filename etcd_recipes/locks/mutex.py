@@ -1,6 +1,6 @@
 """:class:`DistributedMutex`: a distributed mutex in etcd's own lock layout
 (``<path>/<lease id in hex>``), so it excludes ``etcdctl lock``, Go's ``concurrency.Mutex`` and
-the JVM library on the same path. What it guarantees and what it does not: see
+the Kotlin library on the same path. What it guarantees and what it does not: see
 :mod:`etcd_recipes.locks`.
 """
 
@@ -31,7 +31,7 @@ _M = TypeVar("_M", bound="DistributedMutex")
 
 class DistributedMutex(_Queued, Recipe):
     """A distributed mutex, compatible with ``etcdctl lock``, Go's ``concurrency.Mutex`` and
-    the JVM library on the same path.
+    the Kotlin library on the same path.
 
     ``async with mutex:`` acquires the lock for the body (this is the lock's context, not the
     recipe's lifecycle: close the instance with ``aclose()``). Its leases come from the
@@ -93,7 +93,7 @@ class DistributedMutex(_Queued, Recipe):
     async def contenders(self) -> list[LockParticipant]:
         """Everyone holding or waiting for the lock, in line order (one read, advisory): the
         first one holds it (``is_holder``). Other clients' keys count too (``etcdctl lock``,
-        Go, the JVM library).
+        Go, the Kotlin library).
 
         Example::
 

@@ -2,7 +2,7 @@
 
 :Status: Beta
 
-Key layout (shared with the JVM library):
+Key layout (shared with the Kotlin library):
 
 * ``<path>/permits`` -- the canonical permit count as a **4-byte big-endian int**, written once
   by the first instance (``If(version == 0)``) and never leased; an instance whose ``permits``
@@ -33,9 +33,9 @@ Guarantees:
 
 Not guaranteed: like every lease-based lock, a holder paused or partitioned past its TTL may
 still run while its permit is already someone else's -- fence writes with the permit's compare.
-``available_permits()`` is advisory (waiters count as holders, as in the reference). A JVM waiter
-does not touch its key when admitted, so a Python waiter queued right behind it waits until it
-releases (correct, just later).
+``available_permits()`` is advisory (waiters count as holders, as in the Kotlin library). A JVM
+waiter does not touch its key when admitted, so a Python waiter queued right behind it waits
+until it releases (correct, just later).
 """
 
 from __future__ import annotations

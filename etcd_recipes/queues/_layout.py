@@ -1,6 +1,6 @@
 """The keys of a work queue and the reads of its snapshot (not public; pure, no I/O).
 
-Layout (shared with the JVM library; ``<p>`` is the queue path, ``<id>`` an item's name):
+Layout (shared with the Kotlin library; ``<p>`` is the queue path, ``<id>`` an item's name):
 ``<p>/items/<id>`` (waiting payloads), ``<p>/claimed/<id>`` (payloads in flight),
 ``<p>/claims/<id>`` (claim markers, on the consumer's lease), ``<p>/attempts/<id>`` (int32 BE
 delivery counts), ``<p>/dlq/<id>`` (dead letters), ``<p>/reasons/<id>`` (a dead letter's

@@ -1,6 +1,6 @@
 """The take side shared by the queues of this family (not public).
 
-Used by :mod:`.fifo` and :mod:`.priority` (through :class:`TakeQueue`, the reference's
+Used by :mod:`.fifo` and :mod:`.priority` (through :class:`TakeQueue`, the Kotlin library's
 ``AbstractQueue``) and by :mod:`.work` (the producer's key clock, create-only writes, the
 cancellation-safe commit and the nested compare chain):
 
@@ -306,7 +306,7 @@ def outcome(result: TxnResult) -> tuple[int, TxnResult]:
 
 
 class TakeQueue(Recipe, Generic[ValueT]):
-    """The take side both queues share (the reference's ``AbstractQueue``)."""
+    """The take side both queues share (the Kotlin library's ``AbstractQueue``)."""
 
     one_shot = False
     _sort: ClassVar[SortTarget] = SortTarget.MOD

@@ -31,7 +31,7 @@ _NO_VALUE: Any = object()
 
 class DeadLetter(Generic[ValueT]):
     """A dead-lettered item: its ``id``, decoded ``value``, the ``attempts`` made, the failure
-    ``reason`` (``None`` for one written without a reason, e.g. by the JVM library) and the
+    ``reason`` (``None`` for one written without a reason, e.g. by the Kotlin library) and the
     ``raw`` payload bytes.
 
     A value that does not decode through the queue's codec (reason ``"undecodable"``) is

@@ -5,12 +5,12 @@
 **At most once -- read this first.** A take deletes the item in the same transaction that hands
 it to you: once ``dequeue()`` returns, etcd keeps no copy. If your process dies before it has
 processed the item, the item is gone. That is the contract of this queue and of
-:class:`~etcd_recipes.DistributedPriorityQueue` (Curator's and the JVM library's queues behave
+:class:`~etcd_recipes.DistributedPriorityQueue` (Curator's and the Kotlin library's queues behave
 the same), and the right trade when items are cheap or replayable. When an item must survive
 its consumer, use :class:`~etcd_recipes.DistributedWorkQueue`, which claims instead of
 deleting.
 
-Key layout (shared with the JVM library; ``<p>`` is the queue path without a trailing ``/``):
+Key layout (shared with the Kotlin library; ``<p>`` is the queue path without a trailing ``/``):
 ``<p>/<millis%019d>-<r3>``; a batch ``<p>/<millis%019d>-<index%05d>-<r3>`` (one shared
 ``millis``), written in one transaction. Ordered by **mod revision** -- etcd's commit order,
 not the client clock -- and, within a batch (one revision), by key, i.e. argument order. A take
@@ -50,7 +50,7 @@ Not guaranteed:
   consumers may finish items in either order;
 * ``size()`` is one count read, already stale when it returns.
 
-Deviations from the reference: prefix reads and watches use a trailing ``/``; producers write
+Deviations from the Kotlin library: prefix reads and watches use a trailing ``/``; producers write
 with a create-only compare, so two producers that draw the same key in the same millisecond
 cannot overwrite each other (a plain put could silently lose an item).
 

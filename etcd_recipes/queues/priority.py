@@ -7,7 +7,7 @@
 transaction that hands it to you, so an item is lost when its consumer dies after the take.
 Use :class:`~etcd_recipes.DistributedWorkQueue` when an item must survive its consumer.
 
-Key layout (shared with the JVM library; ``<p>`` is the queue path without a trailing ``/``):
+Key layout (shared with the Kotlin library; ``<p>`` is the queue path without a trailing ``/``):
 ``<p>/<priority%05d>/<seq%016d>``, ordered by key: lower priority number first, FIFO within a
 priority. The guard key ``__<p>/<priority%05d>`` (value ``""``, outside ``<p>/``) serialises
 producers of one priority: ``If(mod_revision(guard) < read_revision + 1) Then(put guard, put
@@ -37,7 +37,7 @@ Not guaranteed:
   item of the same priority, never to a lower one);
 * ``size()`` is one count read, already stale when it returns.
 
-Deviations from the reference: prefix reads and watches use a trailing ``/``; a priority
+Deviations from the Kotlin library: prefix reads and watches use a trailing ``/``; a priority
 outside 0..65535 raises :class:`InvalidPriorityError` instead of wrapping.
 
 Example::
@@ -82,7 +82,7 @@ MAX_PRIORITY = 65535
 """The largest priority (priorities are stored as five digits; lower numbers are served first)."""
 
 MAX_ENQUEUE_ATTEMPTS = 50
-"""Compare-and-swap attempts of a priority enqueue before it gives up (the reference's bound)."""
+"""Compare-and-swap attempts of a priority enqueue before it gives up (the Kotlin library's)."""
 
 
 class InvalidPriorityError(InvalidArgumentError):

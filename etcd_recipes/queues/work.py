@@ -3,7 +3,7 @@ again if the consumer that claimed it dies before acknowledging it.
 
 :Status: Beta
 
-Key layout (shared with the JVM library, tabled in :mod:`._layout`; ``<p>`` is the queue path,
+Key layout (shared with the Kotlin library, tabled in :mod:`._layout`; ``<p>`` is the queue path,
 ``<id>`` an item's name): ``<p>/items/<id>``, ``claimed/<id>`` (payloads waiting, in flight),
 ``claims/<id>`` (markers, on the consumer's lease), ``attempts/<id>`` (int32 BE counts),
 ``dlq/<id>`` (dead letters) with ``reasons/<id>`` beside them, ``delayed/<ready%019d>-<r3>``.
@@ -58,7 +58,7 @@ than the clock skew between producer and consumer (ready times are producers' cl
 reference). A JVM consumer promotes an item requeued with a delay under a new id (its attempt
 count starts afresh) and leaves ``reasons/`` behind when it purges (a stale reason is ignored).
 
-Deviations from the reference: the wait for items is anchored at the snapshot's revision + 1;
+Deviations from the Kotlin library: the wait for items is anchored at the snapshot's revision + 1;
 orphans are detected by a receive that reads the queue afresh (two count reads in the head
 read's round trip); ``ack``/``requeue`` also compare the marker's create revision, so a stale
 item cannot settle a later claim of the same consumer; producers write with a create-only

@@ -32,7 +32,7 @@ class DistributedDoubleBarrier(Recipe, twin_of=_async.DistributedDoubleBarrier):
             assert barrier.leave(timeout=10)
 
     Built on two :class:`DistributedBarrierWithCount` at ``<path>/enter`` and
-    ``<path>/leave`` (the reference's layout), with this recipe's client id and TTL.
+    ``<path>/leave`` (the Kotlin library's layout), with this recipe's client id and TTL.
     """
 
     _a: _async.DistributedDoubleBarrier

@@ -127,7 +127,7 @@ class LeaderLatch(Recipe, twin_of=_async.LeaderLatch):
 
     def add_leadership_listener(self, listener: Callable[[bool], Any]) -> None:
         """Call ``listener(True)`` when this instance becomes leader and ``listener(False)``
-        when it stops (term ended, lost, or closed) -- the reference's ``isLeader()`` /
+        when it stops (term ended, lost, or closed) -- the Kotlin library's ``isLeader()`` /
         ``notLeader()``, in order."""
         self._rt.call_sync(self._a.add_leadership_listener, self._rt.listener(listener))
 

@@ -92,7 +92,7 @@ class LeaderObserver(Recipe, twin_of=_async.LeaderObserver):
 
 def leadership_events(client: EtcdClient, path: str) -> Iterator[LeadershipEvent]:
     """The leadership events of ``path`` (current state first) from a private
-    :class:`LeaderObserver` that lives as long as the iteration (the reference's
+    :class:`LeaderObserver` that lives as long as the iteration (the Kotlin library's
     ``leadershipAsFlow``). Close the iterator (``contextlib.aclosing``) to stop early.
 
     Example::

@@ -59,7 +59,7 @@ class LeaderSelector(Recipe, twin_of=_async.LeaderSelector):
     ``with`` does not start a candidacy, unlike :class:`LeaderLatch`'s: a selector's
     candidacy is a call you make inside the block (``run()`` in the calling thread, or
     ``start()``), and ``run()`` could not be called in a block that had already started one.
-    The block scopes the selector's life (``close()`` on exit), like the reference's
+    The block scopes the selector's life (``close()`` on exit), like the Kotlin library's
     ``withLeaderSelector``.
     """
 
@@ -100,7 +100,7 @@ class LeaderSelector(Recipe, twin_of=_async.LeaderSelector):
 
     def __enter__(self) -> LeaderSelector:
         """``with`` only scopes the selector's life (``close()`` on exit); call
-        :meth:`start` or :meth:`run` inside to run for election (like the reference's
+        :meth:`start` or :meth:`run` inside to run for election (like the Kotlin library's
         ``withLeaderSelector``)."""
         try:
             value = self._rt.enter(self, self._a)
@@ -204,7 +204,7 @@ class LeaderSelector(Recipe, twin_of=_async.LeaderSelector):
 
     def add_leadership_listener(self, listener: Callable[[bool], Any]) -> None:
         """Call ``listener(True)`` when this instance becomes leader and ``listener(False)``
-        when it stops (term ended, lost, or closed) -- the reference's ``isLeader()`` /
+        when it stops (term ended, lost, or closed) -- the Kotlin library's ``isLeader()`` /
         ``notLeader()``, in order."""
         self._rt.call_sync(self._a.add_leadership_listener, self._rt.listener(listener))
 

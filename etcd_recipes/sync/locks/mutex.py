@@ -28,7 +28,7 @@ _M = TypeVar("_M", bound="DistributedMutex")
 
 class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
     """A distributed mutex, compatible with ``etcdctl lock``, Go's ``concurrency.Mutex`` and
-    the JVM library on the same path.
+    the Kotlin library on the same path.
 
     ``with mutex:`` acquires the lock for the body (this is the lock's context, not the
     recipe's lifecycle: close the instance with ``close()``). Its leases come from the
@@ -95,7 +95,7 @@ class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
     def contenders(self) -> list[LockParticipant]:
         """Everyone holding or waiting for the lock, in line order (one read, advisory): the
         first one holds it (``is_holder``). Other clients' keys count too (``etcdctl lock``,
-        Go, the JVM library).
+        Go, the Kotlin library).
 
         Example::
 
