@@ -10,13 +10,10 @@
 * :class:`SelfHealingLease` -- presence (barriers, registrations, transient keys, claims):
   re-granted after loss, then its ``establish`` hook re-creates the keys (normally through a
   compare-and-swap, so healing never steals a key). Reports ``LeaseExpired`` then
-  ``LeaseRestored`` or ``LeaseFailed``. A heal first revokes the old lease: etcd restores
-  leases on restart, so after an outage longer than the TTL our old keys may exist again under
-  it, and a create-if-absent ``establish`` would otherwise decline on a key that is its own;
-  if that revoke cannot be confirmed, a declined ``establish`` is retried until the old lease
-  has expired, never given up.
-* Granting is cancellation-safe: a cancellation that lands while a grant is in flight waits
-  (shielded, bounded) for the answer and revokes the granted lease before it is re-raised.
+  ``LeaseRestored`` or ``LeaseFailed``. A heal first revokes the old lease (etcd restores
+  leases on restart, so our old keys may exist again under it); if that cannot be confirmed, a
+  declined ``establish`` is retried until the old lease has expired, never given up.
+* Granting is cancellation-safe (see :func:`_grant`).
 
 Closing either revokes the lease (best-effort, shielded, bounded), so owned keys vanish at once.
 Not guaranteed: between expiry and restoration the keys of a self-healing lease do not exist;
@@ -246,22 +243,14 @@ class LeaseKeeper:
             self._metrics.increment_keep_alive("renewal", reg.lease_id)
 
 
-GRANT_ANSWER_TIMEOUT = 1.0
-"""Seconds a cancelled grant waits for the server's answer (then: revoke what it granted)."""
+GRANT_ANSWER_TIMEOUT = 1.0  # seconds a cancelled grant waits for its answer, to revoke it
 
 
 async def _grant(client: EtcdClient, ttl: int) -> LeaseGrant:
-    """Grant a lease so that no cancellation can leave it behind.
-
-    The grant runs in its own task. A cancellation (or timeout) that lands while it is in
-    flight waits -- shielded, bounded by :data:`GRANT_ANSWER_TIMEOUT` -- for the server's
-    answer, revokes the lease it granted, then re-raises unchanged. The bound is short: a
-    healthy server answers in milliseconds, and a hung one must not stretch the caller's
-    deadline (a lease granted after the bound is owned by nobody and expires at its TTL).
-    The caller records a lease only after this returns, so without it a lease granted for a
-    caller that is gone would live on, owned by nobody, until its TTL -- with whatever the
-    caller's next step attaches to it.
-    """
+    """Grant so that no cancellation leaves a lease behind: a cancellation during the grant
+    (its own task) waits, shielded, up to ``GRANT_ANSWER_TIMEOUT`` for the answer, revokes what
+    was granted and re-raises (short: a hung server must not stretch a deadline; a lease
+    granted later expires at its TTL). Callers record a lease only after this returns."""
     from .waiting import run_shielded
 
     task = asyncio.ensure_future(client.lease_grant(ttl))

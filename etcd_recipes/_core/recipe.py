@@ -77,10 +77,8 @@ class Recipe:
 
     def __init__(self, client: EtcdClient, path: str, *, client_id: str | None = None) -> None:
         self._client = check_client(client)
-        if self._absolute_path:
-            self.path = check_path(path, what=self._path_arg)
-        else:
-            self.path = check_key_name(path, what=self._path_arg)
+        check = check_path if self._absolute_path else check_key_name
+        self.path: str = check(path, what=self._path_arg)
         """The recipe's key path."""
         self.client_id = client_id or make_client_id(type(self).__name__)
         """This instance's identity (``"<Class>:<7 random chars>"`` by default)."""

@@ -183,6 +183,11 @@ class Recipe(SyncTwin, twin_of=_async.Recipe):
         return self._rt.call(self._a.ping, timeout=timeout)
 
     @property
+    def path(self) -> str:
+        """The recipe's key path."""
+        return self._rt.call_sync(lambda: self._a.path)
+
+    @property
     def client_id(self) -> str:
         """This instance's identity (``"<Class>:<7 random chars>"`` by default)."""
         return self._rt.call_sync(lambda: self._a.client_id)
