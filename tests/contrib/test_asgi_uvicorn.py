@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from etcd_recipes import EtcdClient, connect, get_participants
-from etcd_recipes.testing._process import free_ports
 from tests.contrib.snippets import snippet
 from tests.helpers import eventually
 
@@ -33,7 +32,6 @@ def _start(tmp_path: Path, endpoint: str, prefix: str) -> subprocess.Popen[bytes
     (tmp_path / "app.py").write_text(APP)
     env = dict(os.environ, ETCD_ENDPOINTS=endpoint, APP_PREFIX=prefix, PYTHONUNBUFFERED="1")
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), *sys.path])
-    (port,) = free_ports(1)
     return subprocess.Popen(
         [
             sys.executable,
@@ -43,7 +41,7 @@ def _start(tmp_path: Path, endpoint: str, prefix: str) -> subprocess.Popen[bytes
             "--workers",
             "4",
             "--port",
-            str(port),
+            "0",  # any free port: the test talks to etcd, not HTTP (no race for a chosen one)
             "--host",
             "127.0.0.1",
             "--log-level",
@@ -55,6 +53,14 @@ def _start(tmp_path: Path, endpoint: str, prefix: str) -> subprocess.Popen[bytes
         stderr=open(tmp_path / "uvicorn.log", "wb"),
         start_new_session=True,
     )
+
+
+def _alive(proc: subprocess.Popen[bytes], tmp_path: Path) -> bool:
+    """True while uvicorn runs; a failed start fails the test at once, with its log."""
+    if proc.poll() is not None:
+        log = (tmp_path / "uvicorn.log").read_text(errors="replace")[-3000:]
+        pytest.fail(f"uvicorn exited with {proc.returncode}:\n{log}")
+    return True
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -84,7 +90,11 @@ async def test_four_uvicorn_workers(etcd_server, etcd_prefix, tmp_path):
             async def four_candidates() -> bool:
                 return len(await get_participants(client, f"{etcd_prefix}el")) == 4
 
-            await eventually(four_candidates, timeout=60, what="4 workers campaigning")
+            await eventually(
+                lambda: _alive(proc, tmp_path) and four_candidates(),
+                timeout=60,
+                what="4 workers campaigning",
+            )
             await _each_tick_once(client, etcd_prefix)
             await eventually(lambda: _terms(client, etcd_prefix), what="a leader writing")
             leader = int((await _terms(client, etcd_prefix))[-1].value)
