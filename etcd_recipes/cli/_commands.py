@@ -388,7 +388,7 @@ def barrier_status(ctx: typer.Context, path: str) -> None:
 
 @dlq_app.command("ls")
 def dlq_ls(ctx: typer.Context, path: str) -> None:
-    """The work queue's dead letters, oldest first (metadata; values with dlq show)."""
+    """The work queue's dead letters, oldest first: id, attempts, size and failure reason."""
     path = _path(path)
 
     async def work(client: EtcdClient) -> None:
@@ -397,13 +397,16 @@ def dlq_ls(ctx: typer.Context, path: str) -> None:
             dead = await queue.dead_letters()
         finally:
             await queue.aclose()
-        rows = [{"id": d.id, "attempts": d.attempts, "size": len(d.value)} for d in dead]
+        rows = [
+            {"id": d.id, "attempts": d.attempts, "size": len(d.raw), "reason": d.reason}
+            for d in dead
+        ]
         emit(
             ctx,
             "dlq ls",
             {"path": path, "dead_letters": rows},
-            columns=("id", "attempts", "bytes"),
-            rows=[(r["id"], r["attempts"], r["size"]) for r in rows],
+            columns=("id", "attempts", "bytes", "reason"),
+            rows=[(r["id"], r["attempts"], r["size"], r["reason"]) for r in rows],
         )
 
     run(ctx, work)

@@ -211,7 +211,9 @@ async def test_dlq_requeue_delivers_once_and_dry_run_writes_nothing(
         assert await other.try_receive() is None
         [dead] = await other.dead_letters()
         code, out, _ = await asyncio.to_thread(cli, etcd_server, "-o", "json", "dlq", "ls", path)
-        assert doc(out)["dead_letters"] == [{"id": dead.id, "attempts": dead.attempts, "size": 6}]
+        assert doc(out)["dead_letters"] == [
+            {"id": dead.id, "attempts": dead.attempts, "size": 6, "reason": dead.reason}
+        ]
         before = (await client.status()).revision
         code, out, _ = await asyncio.to_thread(
             cli, etcd_server, "dlq", "requeue", path, "--all", "--dry-run"
