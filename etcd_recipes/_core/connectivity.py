@@ -190,6 +190,32 @@ class ConnectionStateCalls:
             return False
         return True
 
+    async def check(self, timeout: float = 1.0) -> bool:
+        """Readiness: whether etcd answers within ``timeout`` seconds -- :meth:`ping` with a
+        tighter default, for health endpoints (one attempt, never retried, ``False`` instead
+        of raising). A paused or unreachable server makes it ``False`` within the deadline.
+
+        Example::
+
+            assert await client.check(timeout=0.5)
+        """
+        return await self.ping(timeout=timeout)
+
+    def is_live(self) -> bool:
+        """Liveness, without an RPC: whether this client is open and usable here (this
+        process, this event loop). It says nothing about etcd, so a liveness probe built on it
+        does not restart a process because etcd is down; :meth:`check` tells readiness.
+
+        Example::
+
+            assert client.is_live()
+        """
+        try:
+            self._me()._check()
+        except EtcdRecipeError:
+            return False
+        return True
+
     def connection_states(self) -> EventStream[ConnectionState]:
         """The connection state now, then each change, as an async iterator that ends when the
         client is closed; conflated (a consumer that falls behind skips to the newest state).

@@ -19,6 +19,8 @@ repeat task once per worker. With this module:
   the next tick.
 * :func:`mutex_dependency` is a FastAPI ``Depends(...)`` dependency that holds a
   :class:`~etcd_recipes.DistributedMutex` for the request, answering 423 on timeout.
+* :func:`health_routes` are liveness and readiness endpoints answering from the client's
+  :meth:`~etcd_recipes.EtcdClient.is_live` and :meth:`~etcd_recipes.EtcdClient.check`.
 
 Guarantees: a leader-only job runs in at most one worker at a time *as far as etcd can tell*
 (it is cancelled when the term is lost; a worker paused past its TTL may still run until it
@@ -63,6 +65,8 @@ from typing import Any, Protocol
 try:
     from starlette.exceptions import HTTPException
     from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "etcd_recipes.contrib.asgi needs Starlette: pip install 'etcd-recipes[asgi]'"
@@ -84,6 +88,7 @@ from .. import connect as _connect
 __all__ = [
     "BackgroundJob",
     "etcd_lifespan",
+    "health_routes",
     "leader_only",
     "mutex_dependency",
     "singleton_schedule",
@@ -375,3 +380,46 @@ def mutex_dependency(
             await mutex.aclose()
 
     return dependency
+
+
+def health_routes(
+    *,
+    live_path: str = "/healthz",
+    ready_path: str = "/readyz",
+    timeout: float = 1.0,
+    state_key: str = "etcd",
+) -> list[Route]:
+    """Liveness and readiness routes for the client :func:`etcd_lifespan` published.
+
+    ``GET /healthz`` answers 200 while the client is open and usable in this worker
+    (:meth:`~etcd_recipes.EtcdClient.is_live`, no RPC: an etcd outage does not make an
+    orchestrator restart the worker) and 503 otherwise; ``GET /readyz`` answers 200 when etcd
+    answers within ``timeout`` seconds (:meth:`~etcd_recipes.EtcdClient.check`) and 503
+    otherwise, so a paused or unreachable etcd takes the worker out of rotation within the
+    deadline. Both bodies are JSON: ``{"live": true}`` / ``{"ready": false}``.
+
+    Example::
+
+        from starlette.applications import Starlette
+        from etcd_recipes.contrib.asgi import etcd_lifespan, health_routes
+
+        app = Starlette(routes=health_routes(), lifespan=etcd_lifespan(endpoints=endpoints))
+        print([route.path for route in app.routes])  # ['/healthz', '/readyz']
+    """
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise InvalidArgumentError(f"health_routes: timeout must be seconds > 0, got {timeout!r}")
+
+    def client_of(request: Request) -> EtcdClient | None:
+        return getattr(request.state, state_key, None)
+
+    async def live(request: Request) -> JSONResponse:
+        client = client_of(request)
+        ok = client is not None and client.is_live()
+        return JSONResponse({"live": ok}, status_code=200 if ok else 503)
+
+    async def ready(request: Request) -> JSONResponse:
+        client = client_of(request)
+        ok = client is not None and await client.check(timeout=timeout)
+        return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
+
+    return [Route(live_path, live, methods=["GET"]), Route(ready_path, ready, methods=["GET"])]

@@ -597,6 +597,28 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
         """
         return self._rt.call(self._a.ping, timeout=timeout)
 
+    def check(self, timeout: float = 1.0) -> bool:
+        """Readiness: whether etcd answers within ``timeout`` seconds -- :meth:`ping` with a
+        tighter default, for health endpoints (one attempt, never retried, ``False`` instead
+        of raising). A paused or unreachable server makes it ``False`` within the deadline.
+
+        Example::
+
+            assert client.check(timeout=0.5)
+        """
+        return self._rt.call(self._a.check, timeout)
+
+    def is_live(self) -> bool:
+        """Liveness, without an RPC: whether this client is open and usable here (this
+        process, this event loop). It says nothing about etcd, so a liveness probe built on it
+        does not restart a process because etcd is down; :meth:`check` tells readiness.
+
+        Example::
+
+            assert client.is_live()
+        """
+        return self._rt.call_sync(self._a.is_live)
+
     def connection_states(self) -> EventStream[ConnectionState]:
         """The connection state now, then each change, as a blocking iterator that ends when the
         client is closed; conflated (a consumer that falls behind skips to the newest state).
