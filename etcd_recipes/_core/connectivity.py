@@ -208,7 +208,7 @@ class ConnectionStateCalls:
 
         Example::
 
-            assert client.is_live()
+            assert client.is_live() and await client.check()
         """
         try:
             self._me()._check()

@@ -615,7 +615,7 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
 
         Example::
 
-            assert client.is_live()
+            assert client.is_live() and client.check()
         """
         return self._rt.call_sync(self._a.is_live)
 

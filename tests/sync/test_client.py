@@ -211,6 +211,18 @@ def _ping(c: EtcdClient, p: str, r: pytest.FixtureRequest) -> str:
     return "ping"
 
 
+@case("check")
+def _check(c: EtcdClient, p: str, r: pytest.FixtureRequest) -> str:
+    assert c.check(timeout=2) is True
+    return "check"
+
+
+@case("is_live")
+def _is_live(c: EtcdClient, p: str, r: pytest.FixtureRequest) -> str:
+    assert c.is_live() is True  # run on the client's loop: "this loop" is its own
+    return "is_live"
+
+
 @case("lease_grant")
 def _lease_grant(c: EtcdClient, p: str, r: pytest.FixtureRequest) -> str:
     grant = c.lease_grant(30)
