@@ -194,7 +194,7 @@ from .locks.mutex import DistributedMutex
 from .locks.rwlock import DistributedReadWriteLock, ReadWriteLockView
 from .locks.semaphore import DistributedSemaphore
 from .locks.server import server_lock, server_unlock
-from .metrics import NOOP_METRICS, EtcdMetrics
+from .metrics import NOOP_METRICS, EtcdMetrics, MetricsSpan
 from .queues.config import WorkQueueConfig
 from .queues.dead_letters import DeadLetter
 from .queues.fifo import DistributedQueue
@@ -285,6 +285,7 @@ __all__ = [
     "EtcdClient",
     "EtcdConnectionError",
     "EtcdMetrics",
+    "MetricsSpan",
     "EtcdRecipeError",
     "EtcdServerError",
     "EtcdTimeoutError",

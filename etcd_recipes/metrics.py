@@ -1,9 +1,31 @@
-"""The metrics hook: one small, synchronous, non-blocking sink for everything the library measures.
+"""The metrics hook (SPI v2): one sink for everything the library measures.
 
 Install an implementation through :class:`~etcd_recipes.resilience.ResilienceConfig`'s
-``metrics`` field; the default, :data:`NOOP_METRICS`, records nothing. Every method has an empty
-default body, so an implementation overrides only what it needs. Methods are called on the
-event loop thread and must return quickly (no I/O, no blocking).
+``metrics`` field; the default, :data:`NOOP_METRICS`, records nothing. Ready-made sinks live in
+``etcd_recipes.contrib.prometheus`` and ``etcd_recipes.contrib.otel``.
+
+What every sink can rely on, and what it must do:
+
+- Every method has an empty default body, so a sink overrides only what it needs. The v1
+  methods (``record_rpc``, ``increment_watch_recovery``, ``increment_keep_alive``,
+  ``record_latency``) keep working: the v2 :meth:`EtcdMetrics.rpc_finished` forwards to
+  ``record_rpc`` by default, and recipe-level waits still reach ``record_latency``.
+- Durations are in seconds (``float``). Labels are short, fixed vocabularies (listed on each
+  method) plus ``recipe`` (the class name, such as ``"DistributedMutex"``) and ``name`` (the
+  optional, low-cardinality ``metrics_name=`` a user gives a recipe; ``""`` when none).
+  **Keys, paths and lease ids are never labels**: where a method receives one (the v1
+  ``key``/``lease_id`` arguments, :meth:`EtcdMetrics.start_span`'s ``path``), it is for
+  logging or span attributes only.
+- Sinks must be thread-safe and must not block. The library calls them so that a sink that
+  raises or blocks never breaks or stalls a recipe: the failure is counted and logged, never
+  raised into the recipe.
+- :meth:`EtcdMetrics.start_span` is the one hook called inline, on the thread and in the
+  context of the operation (so a tracer sees the caller's current span as the parent); it
+  is called only for bounded operations (lock acquire, campaign, barrier wait, queue
+  enqueue/receive/settle), never for the watch or keep-alive streams.
+
+What it does **not** do: it aggregates nothing itself (a sink does), and it offers no gauge
+that costs an RPC per scrape (``contrib.prometheus`` has opt-in collectors for those).
 
 Example::
 
@@ -19,23 +41,133 @@ Example::
 
 from __future__ import annotations
 
-__all__ = ["NOOP_METRICS", "EtcdMetrics"]
+from collections.abc import Mapping
+
+__all__ = ["NOOP_METRICS", "EtcdMetrics", "MetricsSpan"]
+
+
+class MetricsSpan:
+    """What :meth:`EtcdMetrics.start_span` returns: the end of one bounded operation.
+
+    Example::
+
+        from etcd_recipes import MetricsSpan
+
+        class Timing(MetricsSpan):
+            def end(self, outcome):
+                print("ended:", outcome)
+
+        Timing().end("acquired")  # prints "ended: acquired"
+    """
+
+    def end(self, outcome: str, error: BaseException | None = None) -> None:
+        """The operation ended with ``outcome`` (the same vocabulary as its metric);
+        ``error`` is the exception that ended it, if any."""
 
 
 class EtcdMetrics:
-    """Base class of metrics sinks; every method is a no-op by default."""
+    """Base class of metrics sinks; every method is a no-op by default.
+
+    Example::
+
+        from etcd_recipes import EtcdMetrics
+
+        class LockWaits(EtcdMetrics):
+            def lock_wait_finished(self, recipe, name, duration, outcome):
+                print(recipe, outcome)
+
+        LockWaits().lock_wait_finished("DistributedMutex", "", 0.01, "acquired")
+    """
+
+    # -- v1 (kept) -------------------------------------------------------------------------
 
     def record_rpc(self, op: str, duration: float, attempts: int, failed: bool) -> None:
-        """One unary RPC finished (after all its attempts); ``duration`` is in seconds."""
+        """One unary RPC finished (after all its attempts); ``duration`` is in seconds.
+
+        Called by the default :meth:`rpc_finished`; override one or the other."""
 
     def increment_watch_recovery(self, kind: str, key: bytes) -> None:
-        """A watch reported a recovery event: ``suspended|resubscribed|resynced|failed``."""
+        """A watch reported a recovery event: ``suspended|resubscribed|resynced|failed``.
+
+        ``key`` is the watched key or prefix: never use it as a label."""
 
     def increment_keep_alive(self, kind: str, lease_id: int) -> None:
-        """A lease event: ``renewal|suspended|resumed|expired|restored|failed``."""
+        """A lease event: ``renewal|suspended|resumed|expired|restored|failed``.
+
+        ``lease_id`` identifies the lease: never use it as a label."""
 
     def record_latency(self, name: str, seconds: float) -> None:
         """A recipe-level latency, for example ``"queue.dequeue"`` or ``"work_queue.receive"``."""
+
+    # -- v2 --------------------------------------------------------------------------------
+
+    def rpc_finished(self, operation: str, duration: float, attempts: int, outcome: str) -> None:
+        """One unary RPC finished after ``attempts`` attempts (``attempts - 1`` retries).
+
+        ``operation`` is the RPC's short name (``"put"``, ``"range"``, ``"txn"``,
+        ``"lease_grant"``...); ``outcome`` is ``"ok"`` or the lower-case gRPC status of the
+        last failure (``"unavailable"``, ``"deadline_exceeded"``, ``"cancelled"``,
+        ``"resource_exhausted"``...). The default forwards to :meth:`record_rpc`."""
+        self.record_rpc(operation, duration, attempts, outcome != "ok")
+
+    def lease_lost(self, recipe: str, name: str, kind: str) -> None:
+        """A recipe lost the lease its keys lived on.
+
+        ``kind``: ``expired`` (etcd says the lease is gone), ``revoked`` (its key was deleted
+        or its lease revoked by someone else, for instance ``etcd-recipes lock break``), or
+        ``keep_alive_failed`` (renewals could not reach etcd before the TTL ran out)."""
+
+    def lock_wait_finished(self, recipe: str, name: str, duration: float, outcome: str) -> None:
+        """A lock or semaphore acquisition ended, ``duration`` after it began.
+
+        ``outcome``: ``acquired``, ``timeout``, ``cancelled`` or ``lost`` (the acquisition's
+        lease was lost while waiting). Reentrant re-acquisitions are not reported."""
+
+    def lock_hold_finished(self, recipe: str, name: str, duration: float, ended: str) -> None:
+        """A hold of a lock or semaphore permit ended; ``ended``: ``released`` or ``lost``."""
+
+    def leadership_changed(self, recipe: str, name: str, transition: str) -> None:
+        """This process's candidate changed role.
+
+        ``transition``: ``acquired`` (it became the leader), ``relinquished`` (it stepped
+        down: its work returned, it resigned or closed) or ``lost`` (its lease or key was
+        lost while leading)."""
+
+    def barrier_wait_finished(self, recipe: str, name: str, duration: float, outcome: str) -> None:
+        """A barrier wait ended; ``outcome``: ``passed``, ``timeout`` or ``cancelled``."""
+
+    def queue_operation(
+        self, recipe: str, name: str, operation: str, duration: float, outcome: str
+    ) -> None:
+        """A queue operation ended, ``duration`` after the call (waits on an empty queue included).
+
+        ``operation``: ``enqueue``, ``dequeue`` (FIFO and priority queues), ``receive``,
+        ``ack``, ``requeue``, ``dead_letter`` (the work queue).
+        ``outcome``: ``ok``; ``empty`` (a try or timed wait found nothing); ``timeout``;
+        ``cancelled``; ``stale`` (a settle whose claim was already gone: ``ack()`` returned
+        ``False``, the work may have run twice); ``error``."""
+
+    def queue_redelivered(self, recipe: str, name: str, count: int) -> None:
+        """``count`` work items whose claim expired went back to the ready queue."""
+
+    def cache_synced(self, recipe: str, name: str, kind: str, duration: float, size: int) -> None:
+        """A cache finished a full load: ``kind`` is ``initial`` or ``resync`` (after a
+        compaction or a lost watch); ``size`` is its entry count after the load."""
+
+    def cache_size_changed(self, recipe: str, name: str, delta: int) -> None:
+        """A cache's entry count changed by ``delta`` (a closed cache reports ``-size``), so a
+        gauge summed over caches and processes stays right without reading any cache."""
+
+    def start_span(
+        self, recipe: str, name: str, operation: str, path: str, attributes: Mapping[str, object]
+    ) -> MetricsSpan | None:
+        """A bounded operation begins (``lock.acquire``, ``election.campaign``,
+        ``barrier.wait``, ``queue.enqueue``, ``queue.receive``, ``queue.settle``).
+
+        Called inline, in the caller's context; return a :class:`MetricsSpan` to be told how
+        it ended, or ``None`` (the default) to skip it. ``path`` is the recipe's path, for a
+        span attribute only."""
+        return None
 
 
 NOOP_METRICS = EtcdMetrics()

@@ -164,7 +164,7 @@ from etcd_recipes.events import (
     state_after,
 )
 from etcd_recipes.locks.hold import LockParticipant
-from etcd_recipes.metrics import NOOP_METRICS, EtcdMetrics
+from etcd_recipes.metrics import NOOP_METRICS, EtcdMetrics, MetricsSpan
 from etcd_recipes.queues.config import WorkQueueConfig
 from etcd_recipes.queues.dead_letters import DeadLetter
 from etcd_recipes.queues.priority import MAX_PRIORITY, InvalidPriorityError
@@ -332,6 +332,7 @@ __all__ = [
     "LostError",
     "MAX_PRIORITY",
     "Member",
+    "MetricsSpan",
     "NOOP_METRICS",
     "NamingEndpoint",
     "NamingEndpoints",
