@@ -520,6 +520,13 @@ class SelfHealingLease(_LeaseBase):
         try:
             while not self._closed:
                 attempt += 1
+                # Asked before every attempt, the first too: RetryPolicy.never() = no healing.
+                delay = self._resilience.retry_policy.next_delay(attempt, time.monotonic() - start)
+                if delay is None:
+                    self._failed = True
+                    self._emit(LeaseFailed(old, last))
+                    return
+                await asyncio.sleep(delay)
                 try:
                     with anyio.fail_after(self._resilience.heal_operation_timeout):
                         # etcd restores leases on restart (with a fresh TTL): after an outage
@@ -551,12 +558,6 @@ class SelfHealingLease(_LeaseBase):
                     return
                 except (EtcdRecipeError, TimeoutError) as exc:
                     last = exc
-                delay = self._resilience.retry_policy.next_delay(attempt, time.monotonic() - start)
-                if delay is None:
-                    self._failed = True
-                    self._emit(LeaseFailed(old, last))
-                    return
-                await asyncio.sleep(delay)
         finally:
             self._healer = None
 

@@ -13,9 +13,12 @@ from etcd_recipes import (
     Cmp,
     LeaseExpired,
     LeaseFailed,
+    LeaseResilience,
     LeaseRestored,
     LeaseSuspended,
     Op,
+    ResilienceConfig,
+    RetryPolicy,
     connect,
 )
 from tests.helpers import eventually, first_item_then_break, take
@@ -263,3 +266,33 @@ async def test_breaking_out_of_lease_events_unregisters(etcd_client):
         assert lease._events.stream_count == 0
     assert etcd_client._leases.lease_count == 0
     assert (await etcd_client.lease_time_to_live(lease.id)).ttl == -1
+
+
+async def test_a_self_healing_lease_with_a_never_policy_does_not_heal(etcd_server, etcd_prefix):
+    """``LeaseResilience(RetryPolicy.never())`` disables healing (the reference's DISABLED):
+    the policy is asked before every heal attempt, the first included, so a lost lease is
+    reported failed without a new grant or a second establish."""
+    key = etcd_prefix + "presence"
+    no_heal = ResilienceConfig(lease=LeaseResilience(RetryPolicy.never()))
+    async with connect(**etcd_server.client_kwargs(), resilience=no_heal) as client:
+        granted: list[int] = []
+
+        async def establish(lease_id: int) -> bool:
+            granted.append(lease_id)
+            await client.put(key, b"here", lease=lease_id)
+            return True
+
+        lease = client.self_healing_lease(3, establish)
+        events: list = []
+        lease.add_listener(events.append)
+        assert await lease.start()
+        first = lease.current_lease_id
+        assert await client.lease_revoke(first) is True
+        await eventually(
+            lambda: any(isinstance(e, LeaseFailed) for e in events), timeout=5, what="LeaseFailed"
+        )
+        assert [type(e) for e in _without_suspended(events)] == [LeaseExpired, LeaseFailed]
+        assert granted == [first]  # establish ran once: no re-grant
+        assert not lease.is_healthy
+        assert await client.get(key) is None
+        await lease.aclose()
