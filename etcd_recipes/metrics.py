@@ -1,31 +1,30 @@
 """The metrics hook (SPI v2): one sink for everything the library measures.
 
 Install an implementation through :class:`~etcd_recipes.resilience.ResilienceConfig`'s
-``metrics`` field; the default, :data:`NOOP_METRICS`, records nothing. Ready-made sinks live in
-``etcd_recipes.contrib.prometheus`` and ``etcd_recipes.contrib.otel``.
+``metrics`` field; the default, :data:`NOOP_METRICS`, records nothing.
 
-What every sink can rely on, and what it must do:
+:Status: the v2 methods below are the contract only. Today the library calls the v1
+methods (``record_rpc``, ``increment_watch_recovery``, ``increment_keep_alive``,
+``record_latency``), inline on the event loop thread, so a sink must return quickly and must
+not raise; the v2 events, their isolation from slow or failing sinks, and ready-made
+Prometheus/OpenTelemetry sinks are not wired in yet.
 
-- Every method has an empty default body, so a sink overrides only what it needs. The v1
-  methods (``record_rpc``, ``increment_watch_recovery``, ``increment_keep_alive``,
-  ``record_latency``) keep working: the v2 :meth:`EtcdMetrics.rpc_finished` forwards to
-  ``record_rpc`` by default, and recipe-level waits still reach ``record_latency``.
+The contract:
+
+- Every method has an empty default body, so a sink overrides only what it needs; the v2
+  :meth:`EtcdMetrics.rpc_finished` forwards to ``record_rpc`` by default.
 - Durations are in seconds (``float``). Labels are short, fixed vocabularies (listed on each
-  method) plus ``recipe`` (the class name, such as ``"DistributedMutex"``) and ``name`` (the
-  optional, low-cardinality ``metrics_name=`` a user gives a recipe; ``""`` when none).
-  **Keys, paths and lease ids are never labels**: where a method receives one (the v1
-  ``key``/``lease_id`` arguments, :meth:`EtcdMetrics.start_span`'s ``path``), it is for
-  logging or span attributes only.
-- Sinks must be thread-safe and must not block. The library calls them so that a sink that
-  raises or blocks never breaks or stalls a recipe: the failure is counted and logged, never
-  raised into the recipe.
-- :meth:`EtcdMetrics.start_span` is the one hook called inline, on the thread and in the
-  context of the operation (so a tracer sees the caller's current span as the parent); it
-  is called only for bounded operations (lock acquire, campaign, barrier wait, queue
-  enqueue/receive/settle), never for the watch or keep-alive streams.
+  method) plus ``recipe`` (the class name, such as ``"DistributedMutex"``) and ``name`` (a
+  low-cardinality name a user gives a recipe; ``""`` when none). **Keys, paths and lease ids
+  are never labels**: where a method receives one (the v1 ``key``/``lease_id`` arguments,
+  :meth:`EtcdMetrics.start_span`'s ``path``), it is for logging or span attributes only.
+- Sinks must be thread-safe and must not block.
+- :meth:`EtcdMetrics.start_span` is meant for bounded operations only (lock acquire,
+  campaign, barrier wait, queue enqueue/receive/settle), never the watch or keep-alive
+  streams, called inline in the caller's context.
 
 What it does **not** do: it aggregates nothing itself (a sink does), and it offers no gauge
-that costs an RPC per scrape (``contrib.prometheus`` has opt-in collectors for those).
+that costs an RPC per scrape.
 
 Example::
 
