@@ -1,0 +1,352 @@
+"""How the library hands events to a metrics sink without a sink ever breaking or stalling it.
+
+One :class:`Meter` per sink object (:func:`meter_for`), shared by every client, recipe and
+thread that reports to it. Events (every :class:`~etcd_recipes.EtcdMetrics` method except
+``start_span``) are put on a queue and delivered, in order, by **one daemon thread per sink**:
+
+* a sink method that raises is counted (``errors``) and logged once per method at WARNING;
+  the recipe never sees it;
+* a sink method that blocks stalls only that thread; while it is stuck, events queue up to
+  :data:`MAX_PENDING` and then are dropped and counted (``dropped``), never waited for;
+* events whose method the sink does not override are skipped before they are queued, so the
+  default no-op sink costs one attribute check per event and starts no thread.
+
+Spans are different: :meth:`Meter.start_span` is called **inline**, in the caller's context,
+because tracing APIs read the current context (OpenTelemetry's parent span). A ``start_span``
+or ``end`` that raises is counted and ignored; one that takes longer than
+:data:`SLOW_SPAN_SECONDS` is counted (``slow_spans``) and spans are switched off for that
+sink, so a blocking tracer costs a recipe one slow call, not one per operation.
+
+What it does **not** do: it does not make events durable (the queue lives in memory and a
+daemon thread does not outlive the interpreter: events pending at exit are lost), and it
+registers no ``atexit`` hook, so it never delays an interpreter's exit or a Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..metrics import EtcdMetrics, MetricsSpan
+
+__all__ = [
+    "MAX_PENDING",
+    "SLOW_SPAN_SECONDS",
+    "Meter",
+    "MeterStats",
+    "RecipeMeter",
+    "SpanHandle",
+    "meter_for",
+]
+
+log = logging.getLogger("etcd_recipes.metrics")
+
+MAX_PENDING = 10_000
+"""Events queued for a sink's thread beyond which new events are dropped (and counted)."""
+
+SLOW_SPAN_SECONDS = 0.05
+"""A ``start_span``/``end`` call slower than this switches spans off for that sink."""
+
+_EVENT_METHODS = (
+    "record_rpc",
+    "increment_watch_recovery",
+    "increment_keep_alive",
+    "record_latency",
+    "rpc_finished",
+    "lease_lost",
+    "lock_wait_finished",
+    "lock_hold_finished",
+    "leadership_changed",
+    "barrier_wait_finished",
+    "queue_operation",
+    "queue_redelivered",
+    "cache_synced",
+    "cache_size_changed",
+)
+
+
+@dataclass(frozen=True)
+class MeterStats:
+    """What a :class:`Meter` did: events delivered, dropped, failed, and slow span calls."""
+
+    delivered: int
+    dropped: int
+    errors: int
+    slow_spans: int
+    pending: int
+
+
+def _overridden(sink: EtcdMetrics) -> frozenset[str]:
+    cls = type(sink)
+    names = {
+        m for m in (*_EVENT_METHODS, "start_span") if getattr(cls, m) is not getattr(EtcdMetrics, m)
+    }
+    if "record_rpc" in names:
+        names.add("rpc_finished")  # the default rpc_finished forwards to record_rpc
+    return frozenset(names)
+
+
+class Meter:
+    """The guarded, ordered, non-blocking view of one sink (see the module docstring)."""
+
+    def __init__(self, sink: EtcdMetrics) -> None:
+        self.sink = sink
+        self._wanted = _overridden(sink)
+        self._queue: queue.SimpleQueue[tuple[str, tuple[Any, ...]] | threading.Event] = (
+            queue.SimpleQueue()
+        )
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+        self._pending = 0
+        self._delivered = 0
+        self._dropped = 0
+        self._errors = 0
+        self._slow_spans = 0
+        self._spans_on = "start_span" in self._wanted
+        self._warned: set[str] = set()
+
+    def __repr__(self) -> str:
+        s = self.stats()
+        return (
+            f"<Meter {type(self.sink).__name__} delivered={s.delivered} pending={s.pending} "
+            f"dropped={s.dropped} errors={s.errors} spans={'on' if self._spans_on else 'off'}>"
+        )
+
+    def wants(self, method: str) -> bool:
+        """Whether the sink overrides ``method`` (events it does not are never queued)."""
+        return method in self._wanted
+
+    def emit(self, method: str, *args: Any) -> None:
+        """Queue ``sink.method(*args)`` for the sink's thread; never blocks, never raises."""
+        if method not in self._wanted:
+            return
+        with self._lock:
+            if self._pending >= MAX_PENDING:
+                self._dropped += 1
+                return
+            self._pending += 1
+            if self._thread is None or self._pid != os.getpid():
+                self._start_thread()
+        self._queue.put((method, args))
+
+    def _start_thread(self) -> None:  # under self._lock
+        if self._pid != os.getpid() and self._thread is not None:
+            # A forked child: the parent's thread does not exist here; its queue is ours.
+            self._queue = queue.SimpleQueue()
+            self._pending = 1
+        self._pid = os.getpid()
+        thread = threading.Thread(
+            target=self._run,
+            args=(weakref.ref(self), self._queue),
+            name=f"etcd-recipes-metrics[{type(self.sink).__name__}]",
+            daemon=True,
+        )
+        self._thread = thread
+        thread.start()
+
+    @staticmethod
+    def _run(
+        ref: weakref.ref[Meter],
+        q: queue.SimpleQueue[tuple[str, tuple[Any, ...]] | threading.Event],
+    ) -> None:
+        while True:
+            item = q.get()
+            self = ref()
+            if self is None:
+                return
+            if isinstance(item, threading.Event):
+                item.set()
+                del self
+                continue
+            method, args = item
+            try:
+                getattr(self.sink, method)(*args)
+            except Exception as exc:
+                with self._lock:
+                    self._errors += 1
+                    first = method not in self._warned
+                    self._warned.add(method)
+                if first:
+                    log.warning(
+                        "metrics sink %s.%s raised %s: %s (ignored; counted in its stats)",
+                        type(self.sink).__name__,
+                        method,
+                        type(exc).__name__,
+                        exc,
+                    )
+            with self._lock:
+                self._pending -= 1
+                self._delivered += 1
+            del self
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every event queued so far was delivered; ``False`` on timeout.
+
+        For tests and shutdown paths; recipes never call it."""
+        with self._lock:
+            if self._thread is None or self._pid != os.getpid():
+                return True
+        marker = threading.Event()
+        self._queue.put(marker)
+        return marker.wait(timeout)
+
+    def stats(self) -> MeterStats:
+        """A snapshot of what this meter did so far."""
+        with self._lock:
+            return MeterStats(
+                self._delivered, self._dropped, self._errors, self._slow_spans, self._pending
+            )
+
+    def start_span(
+        self,
+        recipe: str,
+        name: str,
+        operation: str,
+        path: str,
+        attributes: Mapping[str, object],
+    ) -> SpanHandle:
+        """Begin a bounded operation's span, inline (see the module docstring)."""
+        if not self._spans_on:
+            return _NO_SPAN
+        started = time.monotonic()
+        try:
+            span = self.sink.start_span(recipe, name, operation, path, attributes)
+        except Exception as exc:
+            self._span_failed("start_span", exc)
+            span = None
+        self._check_slow(started)
+        return _NO_SPAN if span is None else SpanHandle(self, span)
+
+    def _span_failed(self, where: str, exc: Exception) -> None:
+        with self._lock:
+            self._errors += 1
+            first = where not in self._warned
+            self._warned.add(where)
+        if first:
+            log.warning(
+                "metrics sink %s.%s raised %s: %s (ignored; counted in its stats)",
+                type(self.sink).__name__,
+                where,
+                type(exc).__name__,
+                exc,
+            )
+
+    def _check_slow(self, started: float) -> None:
+        if time.monotonic() - started > SLOW_SPAN_SECONDS:
+            with self._lock:
+                self._slow_spans += 1
+                was_on, self._spans_on = self._spans_on, False
+            if was_on:
+                log.warning(
+                    "metrics sink %s: a span call took over %.0f ms; spans are off for it",
+                    type(self.sink).__name__,
+                    SLOW_SPAN_SECONDS * 1000,
+                )
+
+    def for_recipe(self, recipe: str, name: str) -> RecipeMeter:
+        """A view that fills in the ``recipe`` and ``name`` labels."""
+        return RecipeMeter(self, recipe, name)
+
+
+class SpanHandle:
+    """One started span; :meth:`end` reports its outcome once (later calls do nothing)."""
+
+    __slots__ = ("_meter", "_span")
+
+    def __init__(self, meter: Meter | None, span: MetricsSpan | None) -> None:
+        self._meter = meter
+        self._span = span
+
+    def end(self, outcome: str, error: BaseException | None = None) -> None:
+        span, self._span = self._span, None
+        meter = self._meter
+        if span is None or meter is None:
+            return
+        started = time.monotonic()
+        try:
+            span.end(outcome, error)
+        except Exception as exc:
+            meter._span_failed("span.end", exc)
+        meter._check_slow(started)
+
+
+_NO_SPAN = SpanHandle(None, None)
+
+
+class RecipeMeter:
+    """A :class:`Meter` with one recipe's ``recipe`` and ``name`` labels filled in.
+
+    Each method is one v2 event (see :class:`~etcd_recipes.EtcdMetrics` for vocabularies)."""
+
+    __slots__ = ("meter", "name", "recipe")
+
+    def __init__(self, meter: Meter, recipe: str, name: str) -> None:
+        self.meter = meter
+        self.recipe = recipe
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<RecipeMeter {self.recipe} name={self.name!r} {self.meter!r}>"
+
+    def lease_lost(self, kind: str) -> None:
+        self.meter.emit("lease_lost", self.recipe, self.name, kind)
+
+    def lock_wait(self, duration: float, outcome: str) -> None:
+        self.meter.emit("lock_wait_finished", self.recipe, self.name, duration, outcome)
+
+    def lock_hold(self, duration: float, ended: str) -> None:
+        self.meter.emit("lock_hold_finished", self.recipe, self.name, duration, ended)
+
+    def leadership(self, transition: str) -> None:
+        self.meter.emit("leadership_changed", self.recipe, self.name, transition)
+
+    def barrier_wait(self, duration: float, outcome: str) -> None:
+        self.meter.emit("barrier_wait_finished", self.recipe, self.name, duration, outcome)
+
+    def queue_op(self, operation: str, duration: float, outcome: str) -> None:
+        self.meter.emit("queue_operation", self.recipe, self.name, operation, duration, outcome)
+
+    def redelivered(self, count: int) -> None:
+        self.meter.emit("queue_redelivered", self.recipe, self.name, count)
+
+    def cache_synced(self, kind: str, duration: float, size: int) -> None:
+        self.meter.emit("cache_synced", self.recipe, self.name, kind, duration, size)
+
+    def cache_size(self, delta: int) -> None:
+        if delta:
+            self.meter.emit("cache_size_changed", self.recipe, self.name, delta)
+
+    def latency(self, name: str, seconds: float) -> None:
+        """The v1 ``record_latency`` event (kept for sinks written against v1)."""
+        self.meter.emit("record_latency", name, seconds)
+
+    def span(self, operation: str, path: str, **attributes: object) -> SpanHandle:
+        return self.meter.start_span(self.recipe, self.name, operation, path, attributes)
+
+
+_meters: weakref.WeakKeyDictionary[EtcdMetrics, Meter] = weakref.WeakKeyDictionary()
+_meters_lock = threading.Lock()
+_strong: dict[int, tuple[EtcdMetrics, Meter]] = {}
+
+
+def meter_for(sink: EtcdMetrics) -> Meter:
+    """The one :class:`Meter` of ``sink`` (created on first use)."""
+    try:
+        return _meters[sink]
+    except KeyError:
+        pass
+    except TypeError:  # a sink that cannot be weakly referenced or hashed
+        return _strong.setdefault(id(sink), (sink, Meter(sink)))[1]
+    with _meters_lock:
+        meter = _meters.get(sink)
+        if meter is None:
+            meter = _meters[sink] = Meter(sink)
+        return meter
