@@ -31,8 +31,9 @@ from .caller import CALLER, close_method
 from .keys import client_id as make_client_id
 from .listeners import ListenerSet
 from .logctx import recipe_context
+from .metering import RecipeMeter, meter_for
 from .streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
-from .validate import check_client, check_key_name, check_path
+from .validate import check_client, check_key_name, check_metrics_name, check_path
 from .waiting import CLEANUP_TIMEOUT, run_shielded
 
 if TYPE_CHECKING:
@@ -75,8 +76,18 @@ class Recipe:
     _path_arg: ClassVar[str] = "path"  # the constructor's name for it, in error messages
     _absolute_path: ClassVar[bool] = True  # False: any etcd key name (read-only views, Go naming)
 
-    def __init__(self, client: EtcdClient, path: str, *, client_id: str | None = None) -> None:
+    def __init__(
+        self,
+        client: EtcdClient,
+        path: str,
+        *,
+        client_id: str | None = None,
+        metrics_name: str = "",
+    ) -> None:
         self._client = check_client(client)
+        self.metrics_name: str = check_metrics_name(metrics_name)
+        """The low-cardinality ``name`` label of this recipe's metrics (``""``: none)."""
+        self._meter_view: RecipeMeter | None = None
         check = check_path if self._absolute_path else check_key_name
         self.path: str = check(path, what=self._path_arg)
         """The recipe's key path."""
@@ -180,10 +191,19 @@ class Recipe:
     async def _do_close(self) -> None:
         """Subclass hook: release held keys and leases."""
 
+    @property
+    def _meter(self) -> RecipeMeter:
+        """This recipe's view of the client's metrics sink (labels filled in; never blocks or
+        raises: see ``_core/metering.py``). The one way recipes report metrics."""
+        view = self._meter_view
+        if view is None:
+            meter = meter_for(self._client.resilience.metrics)
+            view = self._meter_view = meter.for_recipe(type(self).__name__, self.metrics_name)
+        return view
+
     def _record_latency(self, name: str, started: float) -> None:
-        """Report ``time.monotonic() - started`` seconds as latency ``name`` to the client's
-        metrics sink (the one way recipes record a wait)."""
-        self._client.resilience.metrics.record_latency(name, time.monotonic() - started)
+        """Report ``time.monotonic() - started`` seconds as the v1 latency ``name``."""
+        self._meter.latency(name, time.monotonic() - started)
 
     def _check_open(self) -> None:
         if self._lifecycle == "closed":

@@ -36,6 +36,7 @@ Not public: recipes import it, users see only the errors.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +62,7 @@ __all__ = [
     "check_key_name",
     "check_lease",
     "check_lease_id",
+    "check_metrics_name",
     "check_path",
     "check_path_segment",
     "check_port",
@@ -289,6 +291,24 @@ def check_key_name(name: Any, *, what: str) -> str:
         raise EmptyPathError(f"{what} must not be empty")
     if "\x00" in name:
         raise InvalidPathError(f"{what} must not contain a NUL character, got {name!r}")
+    return name
+
+
+_METRICS_NAME = re.compile(r"[A-Za-z0-9_.:-]{0,64}")
+
+
+def check_metrics_name(name: Any, *, what: str = "metrics_name") -> str:
+    """A recipe's metrics ``name`` label: at most 64 of ``A-Z a-z 0-9 _ . : -``.
+
+    It is a label value, so it must come from a small fixed set (one per role, such as
+    ``"orders"``), never from a key, path or id."""
+    if not isinstance(name, str):
+        raise InvalidArgumentError(f"{what} must be a str, got {type(name).__name__}")
+    if not _METRICS_NAME.fullmatch(name):
+        raise InvalidArgumentError(
+            f"{what} must be at most 64 characters of letters, digits and _ . : - "
+            f"(a low-cardinality label, never a path), got {name!r}"
+        )
     return name
 
 
