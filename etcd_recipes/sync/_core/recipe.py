@@ -36,9 +36,13 @@ class Recipe(SyncTwin, twin_of=_async.Recipe):
 
     _a: _async.Recipe
 
-    def __init__(self, client: EtcdClient, path: str, *, client_id: str | None = None) -> None:
+    def __init__(
+        self, client: EtcdClient, path: str, *, client_id: str | None = None, metrics_name: str = ""
+    ) -> None:
         check_twin(client, "client")
-        value = client._rt.call_sync(_async.Recipe, client._a, path, client_id=client_id)
+        value = client._rt.call_sync(
+            _async.Recipe, client._a, path, client_id=client_id, metrics_name=metrics_name
+        )
         self._bind(client._rt, value, client._owner())
 
     one_shot: ClassVar[bool] = _async.Recipe.one_shot
@@ -181,6 +185,11 @@ class Recipe(SyncTwin, twin_of=_async.Recipe):
         """Whether etcd answers one count-only read within ``timeout`` seconds (the client's
         :meth:`~etcd_recipes.EtcdClient.ping`); False instead of raising."""
         return self._rt.call(self._a.ping, timeout=timeout)
+
+    @property
+    def metrics_name(self) -> str:
+        """The low-cardinality ``name`` label of this recipe's metrics (``""``: none)."""
+        return self._rt.call_sync(lambda: self._a.metrics_name)
 
     @property
     def path(self) -> str:
