@@ -41,7 +41,7 @@ Example::
 from __future__ import annotations
 
 from ._core.lease import AcquisitionLease, SelfHealingLease
-from ._core.logctx import RecipeContextFilter, current_recipe
+from ._core.logctx import LOG_FIELDS, RecipeContextFilter, current_recipe
 from ._core.recipe import BackgroundException, Recipe
 from ._core.streams import EventStream
 from ._core.txn import (
@@ -236,6 +236,7 @@ __all__ = [
     "INT32",
     "INT64",
     "JSON",
+    "LOG_FIELDS",
     "MAX_PRIORITY",
     "NOOP_METRICS",
     "UTF8",

@@ -22,7 +22,6 @@ are lost per recipe, which reports that itself.
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -33,6 +32,7 @@ from aetcd import rpc as pb
 from ..errors import EtcdRecipeError
 from ..events import ConnectionState
 from .listeners import ListenerSet
+from .logctx import library_logger
 from .streams import Broadcast, EventStream
 from .validate import check_timeout
 
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ChannelState", "ClientStateListener", "ConnectionStateCalls"]
 
-log = logging.getLogger("etcd_recipes.client")
+log = library_logger("etcd_recipes.client")
 
 ClientStateListener = Callable[[ConnectionState, ConnectionState], Any]
 """Called as ``listener(new_state, previous_state)``."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import logging
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +25,7 @@ from ..resilience import RetryPolicy, RpcResilience
 from .caller import close_method
 from .endpoints import ChannelSpec, parse_endpoints
 from .lease_pool import close_lease_pools
+from .logctx import library_logger
 from .rpc import await_call, await_stream_op
 from .wire import Wire
 
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["close_lease_pools", "keep_alive_once", "misuse_error", "verify", "without_learners"]
 
-log = logging.getLogger("etcd_recipes.client")
+log = library_logger("etcd_recipes.client")
 
 
 _TLS_HINT = " (if the server uses TLS, connect with https:// or ca_cert=)"

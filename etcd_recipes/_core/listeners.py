@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import logging
 from collections.abc import Callable
 from typing import Any
 
+from .logctx import library_logger
+
 __all__ = ["ListenerSet"]
 
-log = logging.getLogger("etcd_recipes.listeners")
+log = library_logger("etcd_recipes.listeners")
 
 
 class ListenerSet:

@@ -24,7 +24,6 @@ registers no ``atexit`` hook, so it never delays an interpreter's exit or a Ctrl
 
 from __future__ import annotations
 
-import logging
 import os
 import queue
 import threading
@@ -35,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..metrics import EtcdMetrics, MetricsSpan
+from .logctx import library_logger
 
 __all__ = [
     "MAX_PENDING",
@@ -46,7 +46,7 @@ __all__ = [
     "meter_for",
 ]
 
-log = logging.getLogger("etcd_recipes.metrics")
+log = library_logger("etcd_recipes.metrics")
 
 MAX_PENDING = 10_000
 """Events queued for a sink's thread beyond which new events are dropped (and counted)."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -30,7 +29,7 @@ from ..events import ConnectionState, LeaseEvent, WatchRecoveryEvent, state_afte
 from .caller import CALLER, close_method
 from .keys import client_id as make_client_id
 from .listeners import ListenerSet
-from .logctx import recipe_context
+from .logctx import library_logger, recipe_context
 from .metering import RecipeMeter, meter_for
 from .streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .validate import check_client, check_key_name, check_metrics_name, check_path
@@ -41,7 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BackgroundException", "Recipe"]
 
-log = logging.getLogger("etcd_recipes.recipe")
+log = library_logger("etcd_recipes.recipe")
 
 R = TypeVar("R", bound="Recipe")
 T = TypeVar("T")
@@ -56,6 +55,13 @@ class BackgroundException:
 
     context: str
     exception: BaseException
+
+
+_DYNAMIC_LOG_FIELDS = (
+    ("lease_id", "etcd_lease_id"),
+    ("revision", "etcd_revision"),
+    ("fencing_token", "etcd_fencing_token"),
+)
 
 
 class Recipe:
@@ -118,6 +124,25 @@ class Recipe:
     def __repr__(self) -> str:
         return f"<{self.exception_context} {self._lifecycle} {self._state.value}>"
 
+    def _log_fields(self) -> dict[str, object]:
+        """The structured log fields of this recipe now (see ``_core/logctx.py``).
+
+        The path and client id always; the lease id, revision and fencing token where the
+        recipe has a ``lease_id``, ``revision`` or ``fencing_token`` property that reads as an
+        ``int`` at this moment (one that raises or is ``None`` is left out).
+        """
+        fields: dict[str, object] = {"etcd_path": self.path, "etcd_client_id": self.client_id}
+        kind = type(self)
+        for attr, field in _DYNAMIC_LOG_FIELDS:
+            if isinstance(getattr(kind, attr, None), property):
+                try:
+                    value = getattr(self, attr)
+                except Exception:
+                    continue
+                if isinstance(value, int) and not isinstance(value, bool):
+                    fields[field] = value
+        return fields
+
     # ------------------------------------------------------------------ lifecycle
 
     @property
@@ -139,7 +164,7 @@ class Recipe:
             return self
         self._lifecycle = "starting"
         try:
-            with recipe_context(self.exception_context):
+            with recipe_context(self.exception_context, self._log_fields):
                 await self._do_start()
         except BaseException:
             if self._lifecycle == "starting":
@@ -160,7 +185,7 @@ class Recipe:
         self._lifecycle = "closed"
 
         async def close() -> None:
-            with recipe_context(self.exception_context):
+            with recipe_context(self.exception_context, self._log_fields):
                 try:
                     await self._do_close()
                 except Exception as exc:
@@ -231,7 +256,7 @@ class Recipe:
 
         async def runner() -> T:
             CALLER.set(None)  # background work is its own caller, not the thread that began it
-            with recipe_context(self.exception_context):
+            with recipe_context(self.exception_context, self._log_fields):
                 try:
                     return await coro
                 except asyncio.CancelledError:

@@ -9,7 +9,6 @@ metrics, error mapping, cancellation kept intact); the ``Observe`` stream reads 
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import AsyncIterator, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -27,6 +26,7 @@ from . import validate
 from .keys import key_bytes
 from .lease import AcquisitionLease, EstablishHook, SelfHealingLease
 from .lifecycle import keep_alive_once
+from .logctx import library_logger
 from .rpc import UNSET, await_stream_op, map_grpc_error
 from .txn import Cmp, Op
 from .validate import check_lease_id, check_timeout, check_ttl
@@ -40,7 +40,7 @@ __all__ = ["ServiceCalls"]
 _MESSAGES = v3election.MESSAGES
 T = TypeVar("T")
 D = TypeVar("D")
-log = logging.getLogger("etcd_recipes.client")
+log = library_logger("etcd_recipes.client")
 
 
 def _call(

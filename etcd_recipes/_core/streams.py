@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import logging
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -34,10 +33,11 @@ from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 from ..errors import EventStreamOverflowError, InvalidArgumentError
+from .logctx import library_logger
 
 __all__ = ["DEFAULT_STREAM_BUFFER", "Broadcast", "EventStream"]
 
-log = logging.getLogger("etcd_recipes.streams")
+log = library_logger("etcd_recipes.streams")
 
 T = TypeVar("T")
 

@@ -44,7 +44,7 @@ hand-written ``_runtime.py``, ``_calls.py``, ``_callbacks.py`` and ``_twin.py`` 
 ``tools/gen_sync`` from the export list in ``etcd_recipes/__init__.py``.
 """
 
-from etcd_recipes._core.logctx import RecipeContextFilter, current_recipe
+from etcd_recipes._core.logctx import LOG_FIELDS, RecipeContextFilter, current_recipe
 from etcd_recipes._core.recipe import BackgroundException
 from etcd_recipes._core.txn import (
     Cmp,
@@ -305,6 +305,7 @@ __all__ = [
     "JSON",
     "JsonCodec",
     "KeyValue",
+    "LOG_FIELDS",
     "LeaderLatch",
     "LeaderObserver",
     "LeaderSelector",
