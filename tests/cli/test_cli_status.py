@@ -4,6 +4,7 @@ that cannot be reached."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -40,16 +41,20 @@ async def test_compact_revision_and_quota_warning_from_80_percent() -> None:
             for i in range(10):
                 await client.put(f"/k{i}", "v")
             await client.compact(7)
-            _, data, table = status(server.endpoint)
+            _, data, table = await asyncio.to_thread(status, server.endpoint)
             assert data["compact_revision"] == 7 and data["revision"] == 11
             assert "revision 11, compacted at 7" in table
             assert data["warnings"] == [] and "warning" not in table
             db = data["db_size"]
             assert data["quota_bytes"] == 2 * 1024**3
             # Just under 80 %: quiet; at 80 %: one warning, in both forms.
-            _, data, table = status(server.endpoint, "--quota-bytes", str(int(db / 0.79)))
+            _, data, table = await asyncio.to_thread(
+                status, server.endpoint, "--quota-bytes", str(int(db / 0.79))
+            )
             assert data["warnings"] == [] and data["quota_percent"] < 80
-            _, data, table = status(server.endpoint, "--quota-bytes", str(int(db / 0.8)))
+            _, data, table = await asyncio.to_thread(
+                status, server.endpoint, "--quota-bytes", str(int(db / 0.8))
+            )
             assert data["quota_percent"] >= 80
             [warning] = data["warnings"]
             assert "quota" in warning and f"warning: {warning}" in table
@@ -63,7 +68,9 @@ async def test_a_nospace_alarm_is_listed_and_warned_about() -> None:
                 for i in range(10_000):
                     await client.put(f"/fill/{i}", b"x" * 16_384)
             member = f"{server.member_id:x}"
-        _, data, table = status(server.endpoint, "--quota-bytes", str(quota))
+        _, data, table = await asyncio.to_thread(
+            status, server.endpoint, "--quota-bytes", str(quota)
+        )
         assert data["alarms"] == [{"member": member, "alarm": "NOSPACE"}]
         assert "alarm NOSPACE on member full" in data["warnings"]
         assert any("quota" in w for w in data["warnings"])  # and the database is over 80 %
@@ -79,13 +86,14 @@ def test_three_members_one_leader_and_a_stopped_member_shows_an_error() -> None:
         [led] = [m for m in data["members"] if m["role"] == "leader"]
         assert led["name"] == leader.name and data["leader"] == led["id"]
         assert all(m["revision"] == data["revision"] for m in data["members"])
-        assert len(data["endpoints"]) == 3
+        assert len(data["endpoints"]) == 3 and table.count("follower") == 2
         stopped = cluster.followers()[0]
         stopped.stop()
         _, data, table = status(",".join(m.endpoint for m in cluster.members if m.is_running))
         [down] = [m for m in data["members"] if m["name"] == stopped.name]
         assert "unreachable" in down["error"] and "db_size" not in down
         assert sum("db_size" in m for m in data["members"]) == 2
+        assert "unreachable" in table
 
 
 def test_a_learner_has_the_learner_role() -> None:
