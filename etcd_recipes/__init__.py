@@ -212,6 +212,7 @@ from .resilience import (
     WatchResilience,
 )
 from .types import (
+    Alarm,
     DeleteResult,
     ElectionLeaderKey,
     EventType,
@@ -232,6 +233,7 @@ from .types import (
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "Alarm",
     "BYTES",
     "INT32",
     "INT64",

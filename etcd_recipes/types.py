@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 __all__ = [
+    "Alarm",
     "DeleteResult",
     "ElectionLeaderKey",
     "EventType",
@@ -216,6 +217,30 @@ class Status:
     errors: list[str]
     cluster_id: int = 0
     """The cluster's id: a restore from a snapshot makes a new one."""
+    db_size_in_use: int = 0
+    """Bytes of the database file in use; ``db_size - db_size_in_use`` is what a defragment
+    would give back."""
+    is_learner: bool = False
+    """Whether the answering member is a learner (a non-voting member catching up)."""
+
+
+@dataclass(frozen=True)
+class Alarm:
+    """An alarm raised on a member (``etcdctl alarm list``), from the Maintenance service.
+
+    ``NOSPACE``: the member's database reached its quota (``--quota-backend-bytes``); the
+    cluster accepts only reads and deletes until space is freed (compact, defragment) and the
+    alarm is disarmed. ``CORRUPT``: the member's data diverged from the others.
+
+    Example::
+
+        for alarm in await client.alarms():
+            print(f"{alarm.member_id:x}: {alarm.alarm}")
+    """
+
+    member_id: int
+    alarm: str
+    """``"NOSPACE"`` or ``"CORRUPT"`` (etcd's ``AlarmType`` names)."""
 
 
 @dataclass(frozen=True)

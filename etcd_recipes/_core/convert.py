@@ -235,6 +235,8 @@ def status(resp: Any) -> Status:
         revision=int(resp.header.revision),
         errors=[str(e) for e in resp.errors],
         cluster_id=int(resp.header.cluster_id),
+        db_size_in_use=int(resp.dbSizeInUse),
+        is_learner=bool(resp.isLearner),
     )
 
 

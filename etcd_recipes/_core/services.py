@@ -1,6 +1,7 @@
-"""etcd's lock and election services, codec helpers, lease handles: :class:`ServiceCalls`, a base of
-:class:`~etcd_recipes.EtcdClient` (so ``client.lock(...)``, ``client.election_campaign(...)``,
-``client.get_value(...)``), kept here so that ``client.py`` stays readable. Not public.
+"""etcd's lock and election services, codec helpers, lease handles and the maintenance reads
+(alarms, compact revision): :class:`ServiceCalls`, a base of :class:`~etcd_recipes.EtcdClient`
+(so ``client.lock(...)``, ``client.election_campaign(...)``, ``client.alarms()``), kept here so
+that ``client.py`` stays readable. Not public.
 
 Unary calls go through the client's funnel (per-attempt timeout, retries, auth refresh,
 metrics, error mapping, cancellation kept intact); the ``Observe`` stream reads through
@@ -19,9 +20,15 @@ from aetcd import rpc as pb
 
 from .._proto import Method, v3election, v3lock
 from ..codecs import Codec, to_bytes
-from ..errors import EtcdRecipeError, EtcdServerError, EtcdTimeoutError, LockTimeoutError
+from ..errors import (
+    CompactedError,
+    EtcdRecipeError,
+    EtcdServerError,
+    EtcdTimeoutError,
+    LockTimeoutError,
+)
 from ..resilience import LeaseResilience
-from ..types import ElectionLeaderKey, KeyValue, LeaseGrant, LeaseInfo, PutResult
+from ..types import Alarm, ElectionLeaderKey, KeyValue, LeaseGrant, LeaseInfo, PutResult
 from . import validate
 from .keys import key_bytes
 from .lease import AcquisitionLease, EstablishHook, SelfHealingLease
@@ -183,6 +190,37 @@ async def _resign(client: EtcdClient, leader: ElectionLeaderKey) -> None:
     await _call(client, "election_resign", v3election.RESIGN, request)
 
 
+_PROBE_KEY = b"\0"
+"""The key the compact-revision probe reads (count only): the lowest key there is."""
+
+
+async def _readable(client: EtcdClient, revision: int, timeout: Any) -> bool:
+    """Whether a read at ``revision`` is still answered (False: compacted away)."""
+    req = pb.RangeRequest(key=_PROBE_KEY, revision=revision, count_only=True)
+    try:
+        await client._call("compact_revision", "Range", pb.KVStub, req, timeout=timeout)
+    except CompactedError:
+        return False
+    return True
+
+
+async def _compact_revision(client: EtcdClient, timeout: Any) -> int:
+    """Binary search for the lowest readable revision: etcd reports it nowhere else."""
+    head = pb.RangeRequest(key=_PROBE_KEY, count_only=True)
+    resp = await client._call("compact_revision", "Range", pb.KVStub, head, timeout=timeout)
+    readable_rev = int(resp.header.revision)  # always readable: it is the current one
+    if readable_rev <= 1 or await _readable(client, 1, timeout):
+        return 0
+    unreadable = 1
+    while readable_rev - unreadable > 1:
+        mid = (unreadable + readable_rev) // 2
+        if await _readable(client, mid, timeout):
+            readable_rev = mid
+        else:
+            unreadable = mid
+    return readable_rev
+
+
 class ServiceCalls:
     """The typed calls of etcd's lock and election services, the codec helpers and the lease
     handles, as methods of :class:`~etcd_recipes.EtcdClient` (its base class)."""
@@ -326,6 +364,44 @@ class ServiceCalls:
                 assert await client.election_leader(prefix) is None
         """
         await _resign(self._me(), leader)
+
+    # ------------------------------------------------------------------ maintenance
+
+    async def alarms(self, *, timeout: float | None = UNSET) -> list[Alarm]:
+        """The alarms raised on any member (``etcdctl alarm list``); ``[]`` when all is well.
+
+        A ``NOSPACE`` alarm means a member's database reached its quota: the cluster then
+        refuses writes (:class:`~etcd_recipes.errors.EtcdServerError`, "database space
+        exceeded") until space is freed and the alarm disarmed (``etcdctl alarm disarm``).
+
+        Example::
+
+            assert await client.alarms() == []  # a healthy server
+        """
+        req = pb.AlarmRequest(action=pb.AlarmRequest.GET, memberID=0, alarm=pb.NONE)
+        resp = await self._me()._call("alarms", "Alarm", pb.MaintenanceStub, req, timeout=timeout)
+        return [
+            Alarm(member_id=int(a.memberID), alarm=pb.AlarmType.Name(a.alarm)) for a in resp.alarms
+        ]
+
+    async def compact_revision(self, *, timeout: float | None = UNSET) -> int:
+        """The revision history was last compacted at (``0``: nothing compacted yet).
+
+        Reads at or above it are answered; below it fail with
+        :class:`~etcd_recipes.errors.CompactedError` (and watches starting below it cannot
+        replay). etcd's Status does not report it, so this finds the lowest revision a read is
+        still answered at, by bisection: about ``log2(revision)`` count-only reads of the key
+        ``b"\\0"`` outside any namespace (the user needs read access to it; root has). A
+        compaction running meanwhile can only move the answer up. A compaction at revision 1
+        discards nothing and also reads as ``0``.
+
+        Example::
+
+            compacted = await client.compact_revision()
+            assert 0 <= compacted <= (await client.status()).revision
+            print(f"history kept from revision {compacted or 1}")
+        """
+        return await _compact_revision(self._me(), timeout)
 
     # ------------------------------------------------------------------ typed helpers
 

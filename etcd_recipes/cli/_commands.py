@@ -1,4 +1,5 @@
-"""The operator's commands: status, locks, elections, counters, barriers, dead letters, watch.
+"""The operator's commands: locks, elections, counters, barriers, dead letters, watch
+(``status`` lives in ``_status``).
 
 Each reads through the recipes' own public API (their key layouts live there, once).
 """
@@ -43,60 +44,6 @@ def _path(path: str) -> str:
     if not path.startswith("/"):
         raise typer.BadParameter(f"a recipe path starts with '/', got {path!r}")
     return path.rstrip("/") or "/"
-
-
-@app.command()
-def status(ctx: typer.Context) -> None:
-    """Endpoints, members and their roles, revision and database size."""
-
-    async def work(client: EtcdClient) -> None:
-        st = await client.status()
-        members = await client.member_list()
-        members_out = [
-            {
-                "id": f"{m.id:x}",
-                "name": m.name,
-                "role": _role(m.id == st.leader, m.is_learner),
-                "client_urls": m.client_urls,
-            }
-            for m in members
-        ]
-        data = {
-            "endpoints": client.endpoints,
-            "version": st.version,
-            "revision": st.revision,
-            "db_size": st.db_size,
-            "leader": f"{st.leader:x}",
-            "raft_term": st.raft_term,
-            "errors": st.errors,
-            "members": members_out,
-        }
-        emit(
-            ctx,
-            "status",
-            data,
-            lines=[
-                f"etcd {st.version} at {client.endpoints}: revision {st.revision}, "
-                f"db {st.db_size} bytes, raft term {st.raft_term}",
-                *(f"error: {e}" for e in st.errors),
-            ],
-            columns=("member", "name", "role", "client urls"),
-            rows=[
-                (
-                    f"{m.id:x}",
-                    m.name,
-                    _role(m.id == st.leader, m.is_learner),
-                    ",".join(m.client_urls),
-                )
-                for m in members
-            ],
-        )
-
-    run(ctx, work)
-
-
-def _role(leader: bool, learner: bool) -> str:
-    return "leader" if leader else ("learner" if learner else "follower")
 
 
 # ---------------------------------------------------------------------------------- locks

@@ -218,6 +218,7 @@ from etcd_recipes.sync.queues.item import WorkItem
 from etcd_recipes.sync.queues.priority import DistributedPriorityQueue
 from etcd_recipes.sync.queues.work import DistributedWorkQueue
 from etcd_recipes.types import (
+    Alarm,
     DeleteResult,
     ElectionLeaderKey,
     EventType,
@@ -237,6 +238,7 @@ from etcd_recipes.types import (
 
 __all__ = [
     "AcquisitionLease",
+    "Alarm",
     "AlreadyStartedError",
     "AuthenticationError",
     "BYTES",

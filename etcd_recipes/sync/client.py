@@ -18,6 +18,7 @@ from etcd_recipes.resilience import LeaseResilience, ResilienceConfig, WatchResi
 from etcd_recipes.sync._runtime import Runtime
 from etcd_recipes.sync._twin import SyncIterator, SyncTwin
 from etcd_recipes.types import (
+    Alarm,
     DeleteResult,
     ElectionLeaderKey,
     KeyValue,
@@ -463,6 +464,38 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
                 assert client.election_leader(prefix) is None
         """
         self._rt.call(self._a.election_resign, leader)
+
+    def alarms(self, *, timeout: float | None = UNSET) -> list[Alarm]:
+        """The alarms raised on any member (``etcdctl alarm list``); ``[]`` when all is well.
+
+        A ``NOSPACE`` alarm means a member's database reached its quota: the cluster then
+        refuses writes (:class:`~etcd_recipes.errors.EtcdServerError`, "database space
+        exceeded") until space is freed and the alarm disarmed (``etcdctl alarm disarm``).
+
+        Example::
+
+            assert client.alarms() == []  # a healthy server
+        """
+        return self._rt.call(self._a.alarms, timeout=timeout)
+
+    def compact_revision(self, *, timeout: float | None = UNSET) -> int:
+        """The revision history was last compacted at (``0``: nothing compacted yet).
+
+        Reads at or above it are answered; below it fail with
+        :class:`~etcd_recipes.errors.CompactedError` (and watches starting below it cannot
+        replay). etcd's Status does not report it, so this finds the lowest revision a read is
+        still answered at, by bisection: about ``log2(revision)`` count-only reads of the key
+        ``b"\\0"`` outside any namespace (the user needs read access to it; root has). A
+        compaction running meanwhile can only move the answer up. A compaction at revision 1
+        discards nothing and also reads as ``0``.
+
+        Example::
+
+            compacted = client.compact_revision()
+            assert 0 <= compacted <= (client.status()).revision
+            print(f"history kept from revision {compacted or 1}")
+        """
+        return self._rt.call(self._a.compact_revision, timeout=timeout)
 
     @overload
     def get_value(self, key: bytes | str, codec: Codec[T]) -> T | None: ...

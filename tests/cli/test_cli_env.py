@@ -1,0 +1,130 @@
+"""The command reads etcdctl's environment variables, as the library does: ETCDCTL_ENDPOINTS,
+ETCDCTL_CACERT/CERT/KEY against a mutual-TLS server, ETCDCTL_USER (``user:password``, or
+``user`` with ETCDCTL_PASSWORD) against an auth-enabled one; an explicit option beats the
+variable. Every run is a subprocess with a scrubbed environment, as a shell would start it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("typer")
+
+from etcd_recipes.cli import Exit
+from etcd_recipes.testing import EtcdServer
+
+GRPC_LOG = re.compile(r"^[IWE]\d{4} \d\d:\d\d:\d\d")
+
+
+def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m etcd_recipes.cli ARGS`` with only ``env`` of the etcd(ctl) variables set."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("ETCD_", "ETCDCTL_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "etcd_recipes.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**base, **env},
+    )
+
+
+def member_urls(proc: subprocess.CompletedProcess[str]) -> list[str]:
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    return [url for m in doc["data"]["members"] for url in m["client_urls"]]
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str], code: int) -> str:
+    assert proc.returncode == code, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    # gRPC's C core may log a failed handshake itself ("I1203 07:24:21.74 ... Handshake
+    # failed"); the command's own output is exactly one line.
+    [line] = [ln for ln in proc.stderr.strip().splitlines() if not GRPC_LOG.match(ln)]
+    assert line.startswith("etcd-recipes: error:")
+    return line
+
+
+def test_etcdctl_endpoints_alone_reaches_the_server(etcd_server) -> None:
+    proc = run({"ETCDCTL_ENDPOINTS": etcd_server.endpoint}, "-o", "json", "status")
+    assert member_urls(proc) == [etcd_server.url]
+
+
+def test_without_any_endpoint_it_says_which_variables_it_read() -> None:
+    line = one_line_error(run({}, "status"), Exit.USAGE)
+    assert "ETCDCTL_ENDPOINTS" in line
+
+
+def test_an_explicit_endpoints_option_beats_the_variable(etcd_server) -> None:
+    env = {"ETCDCTL_ENDPOINTS": "127.0.0.1:1"}  # a closed port
+    one_line_error(run(env, "status"), Exit.ERROR)
+    proc = run(env, "--endpoints", etcd_server.endpoint, "-o", "json", "status")
+    assert member_urls(proc) == [etcd_server.url]
+
+
+def test_etcdctl_tls_variables_against_a_mutual_tls_server() -> None:
+    with EtcdServer(tls=True, client_cert_auth=True) as server:
+        tls = server.tls
+        assert tls is not None
+        env = {
+            "ETCDCTL_ENDPOINTS": server.url,
+            "ETCDCTL_CACERT": str(tls.ca_cert),
+            "ETCDCTL_CERT": str(tls.client_cert),
+            "ETCDCTL_KEY": str(tls.client_key),
+        }
+        assert member_urls(run(env, "-o", "json", "status")) == [server.url]
+        # Without the client certificate the server refuses the connection.
+        no_cert = {k: v for k, v in env.items() if k not in ("ETCDCTL_CERT", "ETCDCTL_KEY")}
+        one_line_error(run(no_cert, "status"), Exit.ERROR)
+        # An explicit --cacert beats the variable: a wrong CA makes the handshake fail.
+        one_line_error(run(env, "--cacert", str(tls.client_cert), "status"), Exit.ERROR)
+
+
+@pytest.fixture(scope="module")
+def auth_server():
+    """Auth enabled; user ``app`` (password ``s3cret``) may read and write ``/app/`` only."""
+    with EtcdServer(auth=True) as server:
+        for args in (
+            ("user", "add", "app:s3cret"),
+            ("role", "add", "app-rw"),
+            ("role", "grant-permission", "app-rw", "--prefix=true", "readwrite", "/app/"),
+            ("user", "grant-role", "app", "app-rw"),
+        ):
+            server.etcdctl(*args, check=True)
+        yield server
+
+
+def test_etcdctl_user_with_password_authenticates_as_that_user(auth_server) -> None:
+    env = {"ETCDCTL_ENDPOINTS": auth_server.endpoint, "ETCDCTL_USER": "app:s3cret"}
+    proc = run(env, "-o", "json", "counter", "set", "/app/n", "7")
+    assert proc.returncode == 0, proc.stderr
+    assert auth_server.etcdctl("get", "/app/n", "--print-value-only").returncode == 0
+    proc = run(env, "-o", "json", "counter", "get", "/app/n")
+    assert json.loads(proc.stdout)["data"]["value"] == 7
+    # The same user outside its permission: refused by etcd, so it really is "app".
+    line = one_line_error(run(env, "counter", "get", "/other/n"), Exit.ERROR)
+    assert "permission denied" in line.lower()
+
+
+def test_etcdctl_user_and_password_in_two_variables(auth_server) -> None:
+    env = {
+        "ETCDCTL_ENDPOINTS": auth_server.endpoint,
+        "ETCDCTL_USER": "app",
+        "ETCDCTL_PASSWORD": "s3cret",
+    }
+    proc = run(env, "counter", "set", "/app/m", "3")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_wrong_password_is_one_line_and_an_explicit_user_beats_the_variable(
+    auth_server,
+) -> None:
+    env = {"ETCDCTL_ENDPOINTS": auth_server.endpoint, "ETCDCTL_USER": "app:wrong"}
+    line = one_line_error(run(env, "counter", "get", "/app/n"), Exit.ERROR)
+    assert "authentication failed" in line.lower() or "invalid" in line.lower()
+    proc = run(env, "--user", "app:s3cret", "counter", "set", "/app/o", "1")
+    assert proc.returncode == 0, proc.stderr
