@@ -1,0 +1,91 @@
+"""The inspection functions behind the queue/semaphore/election commands, against real etcd and
+real recipes (the CLI commands themselves are not built yet)."""
+
+from __future__ import annotations
+
+import pytest
+
+from etcd_recipes import (
+    DistributedPriorityQueue,
+    DistributedQueue,
+    DistributedSemaphore,
+    DistributedWorkQueue,
+    InvalidArgumentError,
+    LeaderLatch,
+    connect,
+)
+from etcd_recipes.election.inspection import leader_record, resign_leader
+from etcd_recipes.locks.inspection import semaphore_state
+from etcd_recipes.queues.inspection import peek_queue, queue_stats
+
+
+async def test_queue_stats_and_peek_for_all_three_kinds(etcd_server, etcd_prefix) -> None:
+    async with connect(etcd_server.endpoint) as client:
+        assert await queue_stats(client, f"{etcd_prefix}none") is None
+        fifo = DistributedQueue(client, f"{etcd_prefix}fifo")
+        await fifo.enqueue_all([b"a", b"b"])
+        stats = await queue_stats(client, f"{etcd_prefix}fifo")
+        assert stats is not None and (stats.kind, stats.ready) == ("fifo", 2)
+        assert stats.oldest_age is not None and stats.oldest_age >= 0
+        peeked = await peek_queue(client, f"{etcd_prefix}fifo")
+        assert [e.payload for e in peeked] == [None, None] and [e.size for e in peeked] == [1, 1]
+        peeked = await peek_queue(client, f"{etcd_prefix}fifo", payload=True)
+        assert [e.payload for e in peeked] == [b"a", b"b"]
+        prio = DistributedPriorityQueue(client, f"{etcd_prefix}prio")
+        await prio.enqueue(b"late", 9)
+        await prio.enqueue(b"first", 1)
+        stats = await queue_stats(client, f"{etcd_prefix}prio")
+        assert stats is not None and (stats.kind, stats.ready, stats.oldest_age) == (
+            "priority",
+            2,
+            None,
+        )
+        assert [e.priority for e in await peek_queue(client, f"{etcd_prefix}prio")] == [1, 9]
+        async with DistributedWorkQueue(client, f"{etcd_prefix}work") as work:
+            await work.enqueue(b"ready")
+            await work.enqueue(b"later", delay=60)
+            await work.enqueue(b"poison")
+            await work.enqueue(b"busy")
+            first = await work.receive(timeout=5)
+            assert first is not None
+            await first.dead_letter("bad")
+            held = await work.receive(timeout=5)
+            assert held is not None
+            stats = await queue_stats(client, f"{etcd_prefix}work")
+            assert stats is not None
+            assert (stats.kind, stats.ready, stats.delayed, stats.in_flight, stats.dead) == (
+                "work",
+                1,
+                1,
+                1,
+                1,
+            )
+            states = [e.state for e in await peek_queue(client, f"{etcd_prefix}work")]
+            assert states == ["ready", "delayed"]
+        await client.put(f"{etcd_prefix}other/x", b"1")
+        with pytest.raises(InvalidArgumentError, match="not a queue"):
+            await queue_stats(client, f"{etcd_prefix}other")
+
+
+async def test_semaphore_state_and_resign_leader(etcd_server, etcd_prefix) -> None:
+    async with connect(etcd_server.endpoint) as client:
+        path = f"{etcd_prefix}sem"
+        assert await semaphore_state(client, path) is None
+        a = DistributedSemaphore(client, path, 1)
+        b = DistributedSemaphore(client, path, 1)
+        assert await a.acquire()
+        assert not await b.acquire(timeout=0.2)
+        state = await semaphore_state(client, path)
+        assert state is not None and state.permits == 1
+        assert [h.value for h in state.holders] == [a.client_id.encode()]
+        await a.aclose()
+        await b.aclose()
+        el = f"{etcd_prefix}el"
+        async with LeaderLatch(client, el, client_id="node-1") as latch:
+            assert await latch.await_leadership(timeout=10)
+            record = await leader_record(client, el)
+            assert record is not None and record.fencing_token == latch.fencing_token
+            assert await resign_leader(client, el, fencing_token=record.fencing_token - 1) is None
+            assert await resign_leader(client, el) == record
+            again = await leader_record(client, el)
+            assert again is None or again.fencing_token > record.fencing_token
