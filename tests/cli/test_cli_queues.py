@@ -89,3 +89,61 @@ async def test_semaphore_state_and_resign_leader(etcd_server, etcd_prefix) -> No
             assert await resign_leader(client, el) == record
             again = await leader_record(client, el)
             assert again is None or again.fencing_token > record.fencing_token
+
+
+def _cli(server, *args: str) -> tuple[int, str, str]:
+    from typer.testing import CliRunner
+
+    from etcd_recipes.cli import app
+
+    result = CliRunner().invoke(app, ["--endpoints", server.endpoint, *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+async def test_queue_commands_in_process_and_as_a_subprocess(etcd_server, etcd_prefix) -> None:
+    import asyncio
+    import subprocess
+    import sys
+
+    from tests.cli.schema import assert_valid
+
+    path = f"{etcd_prefix}jobs"
+    async with connect(etcd_server.endpoint) as client:
+        await DistributedQueue(client, path).enqueue_all([b"a", b"b"])
+        code, out, _ = await asyncio.to_thread(
+            _cli, etcd_server, "-o", "json", "queue", "stats", path
+        )
+        assert code == 0
+        assert assert_valid(out)["data"]["ready"] == 2
+        code, out, _ = await asyncio.to_thread(
+            _cli, etcd_server, "-o", "json", "queue", "peek", path
+        )
+        items = assert_valid(out)["data"]["items"]
+        assert len(items) == 2 and all("payload" not in i for i in items)
+        proc = await asyncio.to_thread(
+            subprocess.run,
+            [
+                sys.executable,
+                "-m",
+                "etcd_recipes.cli",
+                "--endpoints",
+                etcd_server.endpoint,
+                "-o",
+                "json",
+                "queue",
+                "peek",
+                path,
+                "--payload",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert [i["payload"] for i in assert_valid(proc.stdout)["data"]["items"]] == ["a", "b"]
+        code, _, err = await asyncio.to_thread(
+            _cli, etcd_server, "queue", "stats", f"{etcd_prefix}x"
+        )
+        assert code == 3 and "no queue" in err and "Traceback" not in err
+        code, _, err = await asyncio.to_thread(_cli, etcd_server, "queue", "stats", "rel")
+        assert code == 2
