@@ -15,6 +15,7 @@ Not built yet: ``semaphore show``, ``election resign``, ``queue stats``/``queue 
 from . import _commands as _commands  # registers the commands
 from . import _dev as _dev  # registers dev
 from . import _queues as _queues  # registers queue
+from . import _recipes as _recipes  # registers semaphore, election resign
 from ._app import Exit, app
 
 __all__ = ["Exit", "app", "main"]
