@@ -12,10 +12,10 @@ from typing import Any
 
 import typer
 
-from .. import EtcdClient
+from .. import DistributedWorkQueue, EtcdClient
 from ..queues.inspection import QueueKind, peek_queue, queue_stats
 from ._app import CommandError, Exit, app, emit, run
-from ._commands import _path
+from ._commands import _path, dlq_app
 
 queue_app = typer.Typer(help="FIFO, priority and work queues (read only).")
 app.add_typer(queue_app, name="queue")
@@ -121,6 +121,42 @@ def queue_peek(
                 )
                 for i in items
             ],
+        )
+
+    run(ctx, work)
+
+
+@dlq_app.command("show")
+def dlq_show(
+    ctx: typer.Context,
+    path: str,
+    item_id: str = typer.Option(..., "--id", help="The dead letter's id."),
+) -> None:
+    """One dead letter: attempts, reason, size and payload."""
+    path = _path(path)
+
+    async def work(client: EtcdClient) -> None:
+        queue = DistributedWorkQueue(client, path)
+        try:
+            dead = [d for d in await queue.dead_letters() if d.id == item_id]
+        finally:
+            await queue.aclose()
+        if not dead:
+            raise CommandError(f"no dead letter {item_id} in {path}", Exit.NOT_FOUND)
+        d = dead[0]
+        data = {
+            "path": path,
+            "id": d.id,
+            "attempts": d.attempts,
+            "reason": d.reason,
+            "size": len(d.raw),
+            **_payload(d.raw),
+        }
+        emit(
+            ctx,
+            "dlq show",
+            data,
+            lines=[f"{k}: {v}" for k, v in data.items() if k != "path"],
         )
 
     run(ctx, work)

@@ -147,3 +147,26 @@ async def test_queue_commands_in_process_and_as_a_subprocess(etcd_server, etcd_p
         assert code == 3 and "no queue" in err and "Traceback" not in err
         code, _, err = await asyncio.to_thread(_cli, etcd_server, "queue", "stats", "rel")
         assert code == 2
+
+
+async def test_dlq_show_by_id(etcd_server, etcd_prefix) -> None:
+    import asyncio
+
+    from tests.cli.schema import assert_valid
+
+    path = f"{etcd_prefix}jobs"
+    async with connect(etcd_server.endpoint) as client:
+        async with DistributedWorkQueue(client, path) as queue:
+            item_id = await queue.enqueue(b"poison")
+            item = await queue.receive(timeout=5)
+            assert item is not None
+            await item.dead_letter("cannot parse")
+        code, out, _ = await asyncio.to_thread(
+            _cli, etcd_server, "-o", "json", "dlq", "show", path, "--id", item_id
+        )
+        data = assert_valid(out)["data"]
+        assert (data["id"], data["reason"], data["payload"]) == (item_id, "cannot parse", "poison")
+        code, _, err = await asyncio.to_thread(
+            _cli, etcd_server, "dlq", "show", path, "--id", "nope"
+        )
+        assert code == 3 and "no dead letter" in err
