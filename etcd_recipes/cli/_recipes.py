@@ -8,11 +8,12 @@ Not guaranteed: what is printed is stale once printed; a resigned LeaderLatch co
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import typer
 
-from .. import EtcdClient, LockParticipant
+from .. import EtcdClient, LockParticipant, PrefixCache, ServiceDiscovery
 from ..election.inspection import leader_record, resign_leader
 from ..locks.inspection import semaphore_state
 from ._app import CommandError, Exit, app, confirm, emit, run
@@ -87,6 +88,109 @@ def election_resign_cmd(
                 "action": what,
             },
             lines=[what],
+        )
+
+    run(ctx, work)
+
+
+# ------------------------------------------------------------------ discovery, caches
+
+discovery_app = typer.Typer(help="Service discovery registrations (ServiceDiscovery).")
+cache_app = typer.Typer(help="What a PrefixCache would hold.")
+app.add_typer(discovery_app, name="discovery")
+app.add_typer(cache_app, name="cache")
+
+
+@discovery_app.command("ls")
+def discovery_ls(ctx: typer.Context, base: str) -> None:
+    """The services registered under BASE, with their instance counts."""
+    base = _path(base)
+
+    async def work(client: EtcdClient) -> None:
+        async with ServiceDiscovery(client, base) as discovery:
+            names = await discovery.query_for_names()
+            counts = [len(await discovery.query_for_instances(n)) for n in names]
+        rows = [{"name": n, "instances": c} for n, c in zip(names, counts, strict=True)]
+        emit(
+            ctx,
+            "discovery ls",
+            {"base": base, "services": rows},
+            columns=("service", "instances"),
+            rows=[(r["name"], r["instances"]) for r in rows],
+        )
+
+    run(ctx, work)
+
+
+@discovery_app.command("show")
+def discovery_show(ctx: typer.Context, base: str, name: str) -> None:
+    """The instances of service NAME under BASE: id, address, port, payload."""
+    base = _path(base)
+
+    async def work(client: EtcdClient) -> None:
+        async with ServiceDiscovery(client, base) as discovery:
+            found = await discovery.query_for_instances(name)
+        if not found:
+            raise CommandError(f"no instances of {name} under {base}", Exit.NOT_FOUND)
+        rows = [
+            {
+                "id": i.id,
+                "address": i.address,
+                "port": i.port,
+                "ssl_port": i.ssl_port,
+                "uri": i.uri,
+                "enabled": i.enabled,
+                "payload": i.payload_text(),
+            }
+            for i in found
+        ]
+        emit(
+            ctx,
+            "discovery show",
+            {"base": base, "name": name, "instances": rows},
+            columns=("id", "address", "port", "enabled", "payload"),
+            rows=[(r["id"], r["address"], r["port"], r["enabled"], r["payload"]) for r in rows],
+        )
+
+    run(ctx, work)
+
+
+@cache_app.command("dump")
+def cache_dump(
+    ctx: typer.Context,
+    prefix: str,
+    timeout: float = typer.Option(10.0, help="Seconds to wait for the snapshot."),
+) -> None:
+    """The keys and values (UTF-8, or base64) a PrefixCache on PREFIX holds, at one revision."""
+    prefix = _path(prefix)
+
+    async def work(client: EtcdClient) -> None:
+        async with PrefixCache(client, prefix, start_timeout=timeout) as cache:
+            entries = cache.entries()
+            revision = cache.revision
+        rows = []
+        for e in entries:
+            raw = e.value if isinstance(e.value, bytes) else b""
+            try:
+                value, encoding = raw.decode("utf-8"), "utf-8"
+            except UnicodeDecodeError:
+                value, encoding = base64.b64encode(raw).decode(), "base64"
+            rows.append(
+                {
+                    "key": e.key,
+                    "value": value,
+                    "encoding": encoding,
+                    "mod_revision": e.mod_revision,
+                    "version": e.version,
+                    "lease": f"{e.lease:x}" if e.lease else None,
+                }
+            )
+        emit(
+            ctx,
+            "cache dump",
+            {"prefix": prefix, "revision": revision, "entries": rows},
+            columns=("key", "value", "mod rev", "lease"),
+            rows=[(r["key"], r["value"], r["mod_revision"], r["lease"]) for r in rows],
         )
 
     run(ctx, work)

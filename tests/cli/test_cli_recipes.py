@@ -64,3 +64,58 @@ async def test_election_resign_needs_yes_and_the_leader_loses(etcd_server, etcd_
             data = assert_valid(out)["data"]
             assert (data["leader"], data["fencing_token"]) == ("node-1", token)
             await asyncio.wait_for(lost.wait(), 10)
+
+
+async def test_discovery_ls_show_and_cache_dump(etcd_server, etcd_prefix) -> None:
+    import subprocess
+    import sys
+
+    from etcd_recipes import ServiceDiscovery, ServiceInstance
+
+    base = f"{etcd_prefix}services"
+    async with connect(etcd_server.endpoint) as client:
+        async with ServiceDiscovery(client, base) as discovery:
+            me = ServiceInstance("orders", "eu", address="10.0.0.7", port=8080)
+            await discovery.register(me)
+            code, out, _ = await asyncio.to_thread(
+                cli, etcd_server, "-o", "json", "discovery", "ls", base
+            )
+            assert assert_valid(out)["data"]["services"] == [{"name": "orders", "instances": 1}]
+            code, out, _ = await asyncio.to_thread(
+                cli, etcd_server, "-o", "json", "discovery", "show", base, "orders"
+            )
+            [row] = assert_valid(out)["data"]["instances"]
+            assert (row["id"], row["address"], row["port"], row["payload"]) == (
+                me.id,
+                "10.0.0.7",
+                8080,
+                "eu",
+            )
+            code, _, _ = await asyncio.to_thread(cli, etcd_server, "discovery", "show", base, "x")
+            assert code == Exit.NOT_FOUND
+        await client.put(f"{etcd_prefix}cfg/a", b"1")
+        await client.put(f"{etcd_prefix}cfg/b", b"\xff")
+        proc = await asyncio.to_thread(
+            subprocess.run,
+            [
+                sys.executable,
+                "-m",
+                "etcd_recipes.cli",
+                "--endpoints",
+                etcd_server.endpoint,
+                "-o",
+                "json",
+                "cache",
+                "dump",
+                f"{etcd_prefix}cfg/",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0, proc.stderr
+        entries = assert_valid(proc.stdout)["data"]["entries"]
+        assert [(e["key"][-1], e["value"], e["encoding"]) for e in entries] == [
+            ("a", "1", "utf-8"),
+            ("b", "/w==", "base64"),
+        ]
