@@ -170,3 +170,67 @@ async def test_dlq_show_by_id(etcd_server, etcd_prefix) -> None:
             _cli, etcd_server, "dlq", "show", path, "--id", "nope"
         )
         assert code == 3 and "no dead letter" in err
+
+
+POPULATE = """
+import asyncio, sys
+from etcd_recipes import DistributedWorkQueue, connect
+
+async def main(endpoint, path):
+    async with connect(endpoint) as client:
+        async with DistributedWorkQueue(client, path) as queue:
+            await queue.enqueue(b"ready")
+            await queue.enqueue(b"later", delay=600)
+            await queue.enqueue(b"poison")
+            await queue.enqueue(b"busy")
+            await (await queue.receive(timeout=5)).dead_letter("bad")
+            await queue.receive(timeout=5)
+            await client.lease_revoke(queue.lease_id)  # crash: the claim stays in flight
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+async def test_work_queue_stats_from_another_process_and_a_closed_port(
+    etcd_server, etcd_prefix
+) -> None:
+    import asyncio
+    import subprocess
+    import sys
+
+    from tests.cli.schema import assert_valid
+
+    path = f"{etcd_prefix}work"
+    proc = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-c", POPULATE, etcd_server.endpoint, path],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    code, out, _ = await asyncio.to_thread(_cli, etcd_server, "-o", "json", "queue", "stats", path)
+    assert code == 0
+    data = assert_valid(out)["data"]
+    counts = [data[k] for k in ("kind", "ready", "delayed", "in_flight", "dead", "orphans")]
+    assert counts == ["work", 1, 1, 1, 1, 1]
+    assert data["oldest_age"] is not None and data["oldest_age"] >= 0
+    closed = await asyncio.to_thread(
+        subprocess.run,
+        [
+            sys.executable,
+            "-m",
+            "etcd_recipes.cli",
+            "--endpoints",
+            "127.0.0.1:1",
+            "queue",
+            "stats",
+            path,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert closed.returncode == 1
+    assert "Traceback" not in closed.stderr
+    assert len(closed.stderr.strip().splitlines()) == 1
