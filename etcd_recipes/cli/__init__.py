@@ -1,19 +1,18 @@
 """The ``etcd-recipes`` command (extra ``cli``: typer and rich): a development etcd and an
 operator's view of the recipes.
 
-``etcd-recipes dev`` runs a local etcd; ``status``, ``lock``, ``election``, ``counter``,
-``barrier``, ``dlq`` and ``watch`` read (and, with ``--yes``, change) what the recipes keep in
+``etcd-recipes dev`` runs a local etcd; ``status``, ``lock``, ``semaphore``, ``election``,
+``counter``, ``barrier``, ``queue``, ``dlq``, ``cache``, ``discovery`` and ``watch`` read (and, with ``--yes``, change) what the recipes keep in
 etcd, through the recipes' own API. Every command takes ``-o table|json`` (JSON documents carry
 ``"schema": "etcd-recipes/cli/v1"``) and the client options, also from etcdctl's environment
 variables. Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 refused (no ``--yes``, or a lock
 not acquired in time).
-
-Not built yet: ``semaphore show``, ``election resign``, ``queue stats``/``queue peek``,
-``cache dump`` and ``discovery``.
 """
 
 from . import _commands as _commands  # registers the commands
 from . import _dev as _dev  # registers dev
+from . import _queues as _queues  # registers queue, dlq show
+from . import _recipes as _recipes  # registers semaphore, election resign, discovery, cache
 from . import _status as _status  # registers status
 from ._app import Exit, app
 

@@ -1,0 +1,196 @@
+"""``semaphore show`` and ``election resign``, through the families' own inspection code
+(:mod:`etcd_recipes.locks.inspection`, :mod:`etcd_recipes.election.inspection`).
+
+Guaranteed: ``semaphore show`` writes nothing; ``election resign`` ends only the term it read
+(its lease is revoked; without ``--yes`` it refuses and writes nothing).
+Not guaranteed: what is printed is stale once printed; a resigned LeaderLatch contests again.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import typer
+
+from .. import EtcdClient, LockParticipant, PrefixCache, ServiceDiscovery
+from ..election.inspection import leader_record, resign_leader
+from ..locks.inspection import semaphore_state
+from ._app import CommandError, Exit, app, confirm, emit, run
+from ._commands import _path, election_app
+
+semaphore_app = typer.Typer(help="Counting semaphores (DistributedSemaphore).")
+app.add_typer(semaphore_app, name="semaphore")
+
+
+async def _row(client: EtcdClient, p: LockParticipant) -> dict[str, Any]:
+    ttl = (await client.lease_time_to_live(p.lease_id)).ttl if p.lease_id else None
+    return {
+        "key": p.key.decode("utf-8", "replace"),
+        "client_id": p.value.decode("utf-8", "replace"),
+        "fencing_token": p.create_revision,
+        "lease": f"{p.lease_id:x}" if p.lease_id else None,
+        "ttl_left": ttl,
+    }
+
+
+@semaphore_app.command("show")
+def semaphore_show(ctx: typer.Context, path: str) -> None:
+    """Permits, holders with lease TTL left, and waiters in line order."""
+    path = _path(path)
+
+    async def work(client: EtcdClient) -> None:
+        state = await semaphore_state(client, path)
+        if state is None:
+            raise CommandError(f"no semaphore at {path}", Exit.NOT_FOUND)
+        holders = [await _row(client, p) for p in state.holders]
+        waiters = [await _row(client, p) for p in state.waiters]
+        emit(
+            ctx,
+            "semaphore show",
+            {"path": path, "permits": state.permits, "holders": holders, "waiters": waiters},
+            lines=[f"{len(holders)} of {state.permits} permits held, {len(waiters)} waiting"],
+            columns=("role", "client id", "fencing token", "lease", "ttl left"),
+            rows=[
+                (role, r["client_id"], r["fencing_token"], r["lease"], r["ttl_left"])
+                for role, rows in (("holder", holders), ("waiter", waiters))
+                for r in rows
+            ],
+        )
+
+    run(ctx, work)
+
+
+@election_app.command("resign")
+def election_resign_cmd(
+    ctx: typer.Context, path: str, yes: bool = typer.Option(False, "--yes", help="Do it.")
+) -> None:
+    """End the current leader's term (revoke its lease); it steps down."""
+    path = _path(path)
+
+    async def work(client: EtcdClient) -> None:
+        record = await leader_record(client, path)
+        if record is None:
+            raise CommandError(f"nobody leads the election {path}", Exit.NOT_FOUND)
+        confirm(yes, f"resigning {record.client_id} from {path}")
+        ended = await resign_leader(client, path, fencing_token=record.fencing_token)
+        if ended is None:
+            raise CommandError(f"the term of {record.client_id} ended meanwhile", Exit.NOT_FOUND)
+        how = f"revoked lease {ended.lease_id:x}" if ended.lease_id else f"deleted {ended.key}"
+        what = f"{how}: {ended.client_id} (fencing token {ended.fencing_token}) resigned"
+        emit(
+            ctx,
+            "election resign",
+            {
+                "path": path,
+                "leader": ended.client_id,
+                "fencing_token": ended.fencing_token,
+                "action": what,
+            },
+            lines=[what],
+        )
+
+    run(ctx, work)
+
+
+# ------------------------------------------------------------------ discovery, caches
+
+discovery_app = typer.Typer(help="Service discovery registrations (ServiceDiscovery).")
+cache_app = typer.Typer(help="What a PrefixCache would hold.")
+app.add_typer(discovery_app, name="discovery")
+app.add_typer(cache_app, name="cache")
+
+
+@discovery_app.command("ls")
+def discovery_ls(ctx: typer.Context, base: str) -> None:
+    """The services registered under BASE, with their instance counts."""
+    base = _path(base)
+
+    async def work(client: EtcdClient) -> None:
+        async with ServiceDiscovery(client, base) as discovery:
+            names = await discovery.query_for_names()
+            counts = [len(await discovery.query_for_instances(n)) for n in names]
+        rows = [{"name": n, "instances": c} for n, c in zip(names, counts, strict=True)]
+        emit(
+            ctx,
+            "discovery ls",
+            {"base": base, "services": rows},
+            columns=("service", "instances"),
+            rows=[(r["name"], r["instances"]) for r in rows],
+        )
+
+    run(ctx, work)
+
+
+@discovery_app.command("show")
+def discovery_show(ctx: typer.Context, base: str, name: str) -> None:
+    """The instances of service NAME under BASE: id, address, port, payload."""
+    base = _path(base)
+
+    async def work(client: EtcdClient) -> None:
+        async with ServiceDiscovery(client, base) as discovery:
+            found = await discovery.query_for_instances(name)
+        if not found:
+            raise CommandError(f"no instances of {name} under {base}", Exit.NOT_FOUND)
+        rows = [
+            {
+                "id": i.id,
+                "address": i.address,
+                "port": i.port,
+                "ssl_port": i.ssl_port,
+                "uri": i.uri,
+                "enabled": i.enabled,
+                "payload": i.payload_text(),
+            }
+            for i in found
+        ]
+        emit(
+            ctx,
+            "discovery show",
+            {"base": base, "name": name, "instances": rows},
+            columns=("id", "address", "port", "enabled", "payload"),
+            rows=[(r["id"], r["address"], r["port"], r["enabled"], r["payload"]) for r in rows],
+        )
+
+    run(ctx, work)
+
+
+@cache_app.command("dump")
+def cache_dump(
+    ctx: typer.Context,
+    prefix: str,
+    timeout: float = typer.Option(10.0, help="Seconds to wait for the snapshot."),
+) -> None:
+    """The keys and values (UTF-8, or base64) a PrefixCache on PREFIX holds, at one revision."""
+    prefix = _path(prefix)
+
+    async def work(client: EtcdClient) -> None:
+        async with PrefixCache(client, prefix, start_timeout=timeout) as cache:
+            entries = cache.entries()
+            revision = cache.revision
+        rows = []
+        for e in entries:
+            raw = e.value if isinstance(e.value, bytes) else b""
+            try:
+                value, encoding = raw.decode("utf-8"), "utf-8"
+            except UnicodeDecodeError:
+                value, encoding = base64.b64encode(raw).decode(), "base64"
+            rows.append(
+                {
+                    "key": e.key,
+                    "value": value,
+                    "encoding": encoding,
+                    "mod_revision": e.mod_revision,
+                    "version": e.version,
+                    "lease": f"{e.lease:x}" if e.lease else None,
+                }
+            )
+        emit(
+            ctx,
+            "cache dump",
+            {"prefix": prefix, "revision": revision, "entries": rows},
+            columns=("key", "value", "mod rev", "lease"),
+            rows=[(r["key"], r["value"], r["mod_revision"], r["lease"]) for r in rows],
+        )
+
+    run(ctx, work)
