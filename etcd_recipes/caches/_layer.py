@@ -20,6 +20,7 @@ class _Layer(Recipe):
 
     def _follow(self, cache: PrefixCache[Any], events: Broadcast[Any]) -> None:
         self._cache, self._events = cache, events
+        cache._report_as(self._meter)  # its loads and sizes are this layer's metrics
         cache.add_connection_state_listener(self._on_state)
         cache.add_exception_listener(self._on_exception)
 

@@ -10,6 +10,9 @@ the load is done, even if children vanish meanwhile (CURATOR-4). Python generics
 typed form: ``PathChildrenCache(client, path, codec=JSON)`` is the Kotlin library's
 ``TypedPathChildrenCache``.
 
+Metrics: the loads and entry count of the cache under it are reported as this
+``PathChildrenCache`` (recipe label ``PathChildrenCache``, ``name``: its ``metrics_name``).
+
 Deviations from the Kotlin library (quirks fixed, not copied): a failed initial load raises from
 ``start()`` instead of leaving a cache that never watches; ``NORMAL`` mode shows the existing
 children too (it only sends no events for them; the Kotlin library hid them until they changed);
@@ -121,8 +124,9 @@ class PathChildrenCache(_Layer, Generic[ValueT]):
         codec: Codec[ValueT] | None = None,
         start_timeout: float = 30.0,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
-        super().__init__(client, path, client_id=client_id)
+        super().__init__(client, path, client_id=client_id, metrics_name=metrics_name)
         self.trailing_path = ensure_suffix(path)
         """``path`` with exactly one trailing ``/``: the prefix of every child key."""
         self.mode: StartMode = StartMode.NORMAL

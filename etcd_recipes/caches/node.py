@@ -12,6 +12,9 @@ updated its value silently; here the difference is reported as an event with
 its event is not delivered (as in the Kotlin library); ``current`` then raises the
 :class:`~etcd_recipes.errors.CodecError`.
 
+Metrics: the loads and entry count of the cache under it are reported as this ``NodeCache``
+(recipe label ``NodeCache``, ``name``: its ``metrics_name``).
+
 Not guaranteed: listeners added after ``start()`` get no replay of the current value (read
 ``current``).
 """
@@ -82,8 +85,9 @@ class NodeCache(_Layer, Generic[ValueT]):
         codec: Codec[ValueT] | None = None,
         start_timeout: float = 30.0,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
-        super().__init__(client, key, client_id=client_id)
+        super().__init__(client, key, client_id=client_id, metrics_name=metrics_name)
         self._cache: PrefixCache[ValueT] = PrefixCache(
             client, key, codec=codec, single_key=True, start_timeout=start_timeout
         )

@@ -29,6 +29,12 @@ Guarantees:
   at the cache's revision, then gets every later batch: applying them all reproduces the
   cache.
 
+Metrics (to the client's metrics hook; ``metrics_name`` is the ``name`` label): one
+``cache_synced`` per full load (``initial`` at start, ``resync`` after each re-read, with its
+duration and the entry count after it) and ``cache_size_changed`` for every change of the entry
+count -- the load's ``+size``, each revision's and re-read's difference, ``-size`` at close --
+so a gauge summed over caches and processes stays right without reading any cache.
+
 Not guaranteed: while the connection is down the cache serves what it last saw
 (``is_synced`` is ``False`` then); after a restore from an older backup the cache's revision
 goes back with the server's (the ``RESYNCED`` marker says so).
@@ -46,6 +52,7 @@ from typing import TYPE_CHECKING, Any, Generic
 import anyio
 
 from .._core.keys import prefix_range_end
+from .._core.metering import RecipeMeter
 from .._core.recipe import Recipe
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.validate import check_count, check_revision, check_timeout
@@ -90,7 +97,8 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
     ``codec`` decodes values (bytes by default); ``values=False`` keeps keys and revisions
     only; ``transform`` maps each decoded value at ingest (e.g. to keep only what you need);
     ``key_filter`` keeps only the keys it accepts. Keys are ``str`` (UTF-8; other bytes
-    survive as surrogate escapes).
+    survive as surrogate escapes). ``metrics_name`` is the ``name`` label of its metrics
+    (low-cardinality: never a key or a path).
 
     Example::
 
@@ -120,8 +128,9 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
         page_size: int = 1000,
         start_timeout: float = 30.0,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
-        super().__init__(client, prefix, client_id=client_id)
+        super().__init__(client, prefix, client_id=client_id, metrics_name=metrics_name)
         self.single_key = single_key
         """Whether the cache holds the one key ``path`` rather than a prefix."""
         self.page_size = check_count(page_size, what="page_size")
@@ -364,11 +373,15 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
         if readers:
             self._batches.publish(batch)
         self._record_latency("cache.start", started)
+        size = len(self._store.entries)
+        self._meter.cache_synced("initial", time.monotonic() - started, size)
+        self._meter.cache_size(size)
         self._spawn(self._run(watch), "watch")
 
     async def _do_close(self) -> None:
         self._synced = False
         await self._batches.aclose()
+        self._meter.cache_size(-len(self._store.entries))  # a summed gauge forgets this cache
         self._store.clear()
         self._wake()
 
@@ -461,7 +474,9 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
                 self._revision,
             )
             return
+        before = len(self._store.entries)
         batch = self._store.apply(revision, events)
+        self._meter.cache_size(len(self._store.entries) - before)
         self._revision = revision
         self._batches.publish(batch)
         self._wake()
@@ -505,12 +520,18 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
         if backoff and self._resync_attempt > 1:  # resyncing in a loop: back off (jittered)
             delay = _RESYNC_BACKOFF.next_delay(self._resync_attempt - 1, 0.0) or 30.0
             await asyncio.sleep(delay)
+        started = time.monotonic()
         self._cluster_id = (await self._client.status()).cluster_id
         while True:
             revision, kvs, total = await self._snapshot()
             if not catch_up or revision >= self._revision:
                 break  # and no await from here on: the watch cannot apply anything in between
+        before = len(self._store.entries)
         batch = self._store.rebuild(revision, kvs, total)
+        size = len(self._store.entries)
+        if not self.is_closed:  # closing reported -size already
+            self._meter.cache_size(size - before)
+            self._meter.cache_synced("resync", time.monotonic() - started, size)
         if batch.events:
             self._batches.publish(batch)
         self._revision = revision  # may be lower than before after a restore: that is the truth
@@ -520,6 +541,11 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
         self._batches.publish(CacheBatch(BatchKind.RESYNCED, revision))
         self._wake()
         return revision + 1 if not catch_up else revision
+
+    def _report_as(self, meter: RecipeMeter) -> None:
+        """Report metrics through ``meter``: a cache layered over this one (``NodeCache``,
+        ``PathChildrenCache``) reports under its own class name and ``metrics_name``."""
+        self._meter_view = meter
 
     def _record_exception_at(self, where: str, error: Exception) -> None:
         self._record_exception(error, where)

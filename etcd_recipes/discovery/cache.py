@@ -11,6 +11,10 @@ a record that does not parse, names another service, or whose JSON ``id`` is not
 last segment (a duplicated or copied record) is **skipped** and recorded once as a background
 exception; the cache goes on.
 
+Metrics: the cache's loads and entry counts (``cache_synced``, ``cache_size_changed``) are
+reported by the :class:`~etcd_recipes.PrefixCache` under it, with the recipe label
+``PrefixCache`` and this cache's ``metrics_name``.
+
 Not guaranteed: freshness beyond the watch's (an instance that just died is listed until its
 lease expires); while the connection is down the cache serves what it last saw.
 """
@@ -74,14 +78,16 @@ class ServiceCache(Recipe, Generic[PayloadT]):
         *,
         codec: Codec[PayloadT] | None = None,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
         self.name: str = check_path_segment(name, what="a service name")
         """The service whose instances are cached."""
-        super().__init__(client, service_prefix(service_path, name), client_id=client_id)
+        path = service_prefix(service_path, name)
+        super().__init__(client, path, client_id=client_id, metrics_name=metrics_name)
         self.service_path = service_path
         """The discovery root (the registry's ``service_path``)."""
         self._cache: PrefixCache[ServiceInstance[PayloadT]] = PrefixCache(
-            client, self.path, codec=_InstanceCodec(codec)
+            client, self.path, codec=_InstanceCodec(codec), metrics_name=metrics_name
         )
         self._cache.add_exception_listener(self._inner_failed)
         self._cache.add_connection_state_listener(lambda new, old: self._set_state(new))

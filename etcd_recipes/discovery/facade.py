@@ -60,11 +60,12 @@ class ServiceDiscovery(Recipe, Generic[PayloadT]):
         ttl: float = DEFAULT_TTL,
         codec: Codec[PayloadT] | None = None,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
-        super().__init__(client, service_path, client_id=client_id)
+        super().__init__(client, service_path, client_id=client_id, metrics_name=metrics_name)
         self._codec = codec
         self.registry: ServiceRegistry[PayloadT] = ServiceRegistry(
-            client, service_path, ttl=ttl, codec=codec
+            client, service_path, ttl=ttl, codec=codec, metrics_name=self.metrics_name
         )
         """The registry behind ``register``/``update``/``unregister``."""
         self.registry.add_exception_listener(
@@ -142,12 +143,15 @@ class ServiceDiscovery(Recipe, Generic[PayloadT]):
 
     # ---------------------------------------------------------------- factories
 
-    def service_cache(self, name: str) -> ServiceCache[PayloadT]:
+    def service_cache(
+        self, name: str, *, metrics_name: str | None = None
+    ) -> ServiceCache[PayloadT]:
         """A new, **unstarted** cache of ``name`` (use ``async with``), closed with the
-        facade."""
+        facade; ``metrics_name`` defaults to the facade's."""
         self._check_open()
+        label = self.metrics_name if metrics_name is None else metrics_name
         cache: ServiceCache[PayloadT] = ServiceCache(
-            self._client, self.path, name, codec=self._codec
+            self._client, self.path, name, codec=self._codec, metrics_name=label
         )
         self._handed.append(cache)
         return cache
@@ -162,9 +166,11 @@ class ServiceDiscovery(Recipe, Generic[PayloadT]):
         error_window: float = 30.0,
         empty_grace: float = 10.0,
         instance_filter: InstanceFilter | None = None,
+        metrics_name: str | None = None,
     ) -> ServiceProvider[PayloadT]:
         """A new, **unstarted** provider of ``name`` (use ``async with``), closed with the
-        facade; the arguments are :class:`~etcd_recipes.ServiceProvider`'s."""
+        facade; the arguments are :class:`~etcd_recipes.ServiceProvider`'s (``metrics_name``
+        defaults to the facade's)."""
         self._check_open()
         provider: ServiceProvider[PayloadT] = ServiceProvider(
             self._client,
@@ -177,6 +183,7 @@ class ServiceDiscovery(Recipe, Generic[PayloadT]):
             empty_grace=empty_grace,
             instance_filter=instance_filter,
             codec=self._codec,
+            metrics_name=self.metrics_name if metrics_name is None else metrics_name,
         )
         self._handed.append(provider)
         return provider

@@ -142,12 +142,19 @@ class NamingEndpoints(Recipe):
 
     _absolute_path = False  # a Go target is an etcd key name (see _target)
 
-    def __init__(self, client: EtcdClient, target: str, *, client_id: str | None = None) -> None:
+    def __init__(
+        self,
+        client: EtcdClient,
+        target: str,
+        *,
+        client_id: str | None = None,
+        metrics_name: str = "",
+    ) -> None:
         self.target: str = _target(target)
         """The naming target (no trailing slash)."""
-        super().__init__(client, self.target + "/", client_id=client_id)
+        super().__init__(client, self.target + "/", client_id=client_id, metrics_name=metrics_name)
         self._cache: PrefixCache[NamingEndpoint] = PrefixCache(
-            client, self.path, codec=_RecordCodec()
+            client, self.path, codec=_RecordCodec(), metrics_name=metrics_name
         )
         self._cache.add_exception_listener(self._inner_failed)
         self._cache.add_connection_state_listener(lambda new, old: self._set_state(new))

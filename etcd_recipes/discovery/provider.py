@@ -96,9 +96,12 @@ class ServiceProvider(Recipe, Generic[PayloadT]):
         instance_filter: InstanceFilter | None = None,
         codec: Codec[PayloadT] | None = None,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
-        cache: ServiceCache[PayloadT] = ServiceCache(client, service_path, name, codec=codec)
-        super().__init__(client, cache.path, client_id=client_id)
+        cache: ServiceCache[PayloadT] = ServiceCache(
+            client, service_path, name, codec=codec, metrics_name=metrics_name
+        )
+        super().__init__(client, cache.path, client_id=client_id, metrics_name=metrics_name)
         self.name: str = cache.name
         """The service this provider picks instances of."""
         self.service_path = service_path
@@ -307,7 +310,7 @@ class ServiceProvider(Recipe, Generic[PayloadT]):
     def _end_stale(self, now: float, why: str) -> None:
         self._stale = None
         log.warning("%s: stale instance list dropped: %s", self.exception_context, why)
-        self._client.resilience.metrics.record_latency("discovery.stale", now - self._stale_since)
+        self._meter.latency("discovery.stale", now - self._stale_since)
 
     # ---------------------------------------------------------------- lifecycle
 

@@ -16,7 +16,9 @@ Guaranteed:
 * ``unregister`` (and ``aclose``) revoke the lease and delete the record at once, shielded
   from cancellation; a cancelled ``register`` leaves no record behind;
 * lease events of every registration go to the lease listeners and :meth:`lease_events`, and
-  drive ``connection_state``.
+  drive ``connection_state``; each loss of a registration's lease is one ``lease_lost`` event
+  to the client's metrics hook (``expired`` or ``keep_alive_failed``; ``name`` label: the
+  ``metrics_name`` given, never the instance or its key).
 
 Not guaranteed: between an expiry and its heal the record does not exist (caches see a delete
 then a put); a record deleted out of band while its lease lives is re-created only by the next
@@ -42,9 +44,10 @@ from ..errors import (
     EtcdRecipeError,
     InvalidArgumentError,
     LeaseEventError,
+    LeaseNotFoundError,
     ServiceInstanceNotFoundError,
 )
-from ..events import LeaseEvent, LeaseFailed, LeaseRestored
+from ..events import LeaseEvent, LeaseExpired, LeaseFailed, LeaseRestored
 from ..types import KeyValue, RangeResult, TxnResult
 from ._keys import instance_key, names_path
 from .instance import PayloadT, ServiceInstance
@@ -63,6 +66,16 @@ def _read(result: TxnResult) -> list[KeyValue]:
     """The keys the failure branch's ``Op.get`` read."""
     first = result.responses[0] if result.responses else None
     return first.kvs if isinstance(first, RangeResult) else []
+
+
+def _lost_kind(event: LeaseExpired) -> str:
+    """The ``lease_lost`` kind of a registration's lease loss: ``keep_alive_failed`` when no
+    renewal reached etcd within the TTL, else ``expired`` (etcd said the lease is gone, expired
+    or revoked: its answer does not tell them apart)."""
+    cause = event.cause
+    if isinstance(cause, LeaseNotFoundError) and "no renewal" in str(cause):
+        return "keep_alive_failed"
+    return "expired"
 
 
 class _Registration(Generic[PayloadT]):
@@ -108,8 +121,9 @@ class ServiceRegistry(Recipe, Generic[PayloadT]):
         ttl: float = DEFAULT_TTL,
         codec: Codec[PayloadT] | None = None,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
-        super().__init__(client, service_path, client_id=client_id)
+        super().__init__(client, service_path, client_id=client_id, metrics_name=metrics_name)
         self.ttl = check_ttl(ttl, what="ttl")
         """The lease TTL of each registration, in whole seconds."""
         self._codec = codec
@@ -176,6 +190,8 @@ class ServiceRegistry(Recipe, Generic[PayloadT]):
 
     def _on_lease_event(self, reg: _Registration[PayloadT], event: LeaseEvent) -> None:
         self._on_recovery_event(event)
+        if isinstance(event, LeaseExpired):  # a later LeaseFailed is the heal giving up on it
+            self._meter.lease_lost(_lost_kind(event))
         if not isinstance(event, LeaseRestored):
             self._record_exception(LeaseEventError(event), f"lease {reg.key}")
         if isinstance(event, LeaseFailed) and self._regs.get(reg.key) is reg:

@@ -22,7 +22,7 @@ import asyncio
 import functools
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._core.keys import pad
 from .._core.txn import AnyOp, Cmp, Compare, Op
@@ -35,6 +35,7 @@ from ._take import commit, next_reach, now_millis, outcome
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
+    from .item import WorkItem
 
 _CHAIN_BYTES = 256 * 1024  # payload bytes one claim transaction may carry
 
@@ -245,6 +246,14 @@ class Claimer:
                 return False
             info = await self.client.lease_time_to_live(lease_id)
             return info.ttl > 0
+
+    async def give_back(self, item: WorkItem[Any], max_deliveries: int) -> None:
+        """Return an unsettled item as an orphan would be returned (or dead-lettered, on its
+        last allowed delivery): what closing does with the items it holds."""
+        claim = item._claim
+        claim.settled = True
+        dead = item.attempt >= max_deliveries
+        await self.release(item.id, claim.data, claim.revision, dead=dead, attempts=item.attempt)
 
     async def release(
         self, name: str, data: bytes, revision: int, *, dead: bool, attempts: int

@@ -8,6 +8,8 @@ only while it is still an orphan and unchanged (compares on the marker's absence
 payload's mod revision), so consumers sweeping at once move it once; a matured delayed item
 is promoted under its ready-time name (an item requeued with a delay: under its own id), or
 under a fresh suffix if another producer's item took that name.
+The metrics hook hears of each sweep's returns (``queue_redelivered``) and dead letters (a
+``dead_letter`` operation each, timed from its read to its move).
 Not guaranteed: promptness (a sweep may fail and is retried at the next pass).
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -27,6 +30,7 @@ from ._layout import Snapshot, WorkKeys, attempts_in, item_name, promoted_name, 
 from ._take import now_millis
 
 if TYPE_CHECKING:
+    from .._core.metering import RecipeMeter
     from ..client import EtcdClient
     from .config import WorkQueueConfig
 
@@ -34,9 +38,15 @@ log = logging.getLogger("etcd_recipes.work_queue")
 
 
 async def reclaim_orphans(
-    client: EtcdClient, keys: WorkKeys, max_deliveries: int, context: str
+    client: EtcdClient,
+    keys: WorkKeys,
+    max_deliveries: int,
+    context: str,
+    report: Callable[[bool, float], None] | None = None,
 ) -> int:
-    """Return every orphaned in-flight item to its original key (or the dead letters)."""
+    """Return every orphaned in-flight item to its original key (or the dead letters);
+    ``report(dead, seconds)`` is told of each item moved (``dead``: to the dead letters) and
+    how long its move took."""
     listing = await client.txn(
         [],
         [
@@ -52,7 +62,7 @@ async def reclaim_orphans(
     for kv in claimed.kvs:
         name = item_name(kv.key)
         if name not in live and await reclaim(
-            client, keys, name, kv.mod_revision, max_deliveries, context
+            client, keys, name, kv.mod_revision, max_deliveries, context, report
         ):
             returned += 1
     return returned
@@ -65,7 +75,9 @@ async def reclaim(
     mod_revision: int,
     max_deliveries: int,
     context: str,
+    report: Callable[[bool, float], None] | None = None,
 ) -> bool:
+    started = time.monotonic()
     claimed_key = keys.claimed + name
     read = await client.txn([], [Op.get(claimed_key), Op.get(keys.attempts + name)])
     payload, counts = read.responses
@@ -80,6 +92,8 @@ async def reclaim(
         [Cmp.missing(keys.claims + name), Cmp.mod_revision(claimed_key) == mod_revision],
         [Op.delete(claimed_key), *ops],
     )
+    if result.succeeded and report is not None:
+        report(dead, time.monotonic() - started)
     if result.succeeded and dead:
         log.warning("%s: %s dead-lettered after %d deliveries", context, name, attempts)
     elif result.succeeded:
@@ -115,14 +129,33 @@ class Sweeps:
         touched: Callable[[], None],
         snapshot: Callable[[], Awaitable[Snapshot]],
         on_error: Callable[[Exception], None],
+        meter: Callable[[], RecipeMeter],
     ) -> None:
         self.client, self.keys, self.config, self.context = client, keys, config, context
         self.touched, self.snapshot, self.on_error = touched, snapshot, on_error
+        self.meter = meter
 
     async def reclaim(self) -> int:
+        """Return the orphans; the metrics hook hears of them: one ``queue_redelivered`` per
+        sweep that returned any, one ``dead_letter`` operation per orphan dead-lettered."""
         self.touched()
+        meter, redelivered = self.meter(), 0
+
+        def report(dead: bool, seconds: float) -> None:
+            nonlocal redelivered
+            if dead:
+                meter.queue_op("dead_letter", seconds, "ok")
+            else:
+                redelivered += 1
+
         max_deliveries = self.config.max_deliveries
-        return await reclaim_orphans(self.client, self.keys, max_deliveries, self.context)
+        try:
+            return await reclaim_orphans(
+                self.client, self.keys, max_deliveries, self.context, report
+            )
+        finally:
+            if redelivered:
+                meter.redelivered(redelivered)
 
     async def promote(self) -> int:
         self.touched()

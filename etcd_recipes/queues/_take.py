@@ -43,6 +43,7 @@ from ..errors import (
     TooManyOperationsError,
 )
 from ..types import DeleteResult, KeyValue, RangeResult, SortOrder, SortTarget, TxnResult
+from ._metering import Metered
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
@@ -322,8 +323,9 @@ class TakeQueue(Recipe, Generic[ValueT]):
         *,
         codec: Codec[ValueT] | None,
         client_id: str | None,
+        metrics_name: str = "",
     ) -> None:
-        super().__init__(client, path, client_id=client_id)
+        super().__init__(client, path, client_id=client_id, metrics_name=metrics_name)
         self.codec: Codec[ValueT] | None = None if codec is None else as_codec(codec)
         """The value codec (``None``: raw bytes, ``str`` accepted and UTF-8 encoded)."""
         self._prefix = append_to_path(self.path, "")
@@ -443,7 +445,12 @@ class TakeQueue(Recipe, Generic[ValueT]):
         return read.kvs
 
     async def _take(self, *, wait: bool, timeout: float | None) -> tuple[ValueT] | None:
+        """One metered take: one ``dequeue`` event and one ``queue.receive`` span."""
         self._check_open()
+        with Metered(self._meter, "dequeue", self.path) as op:
+            return op.taken(await self._take_loop(wait=wait, timeout=timeout), waited=wait)
+
+    async def _take_loop(self, *, wait: bool, timeout: float | None) -> tuple[ValueT] | None:
         started = time.monotonic()
         deadline = None if timeout is None else started + timeout
         window, self._cache = self._cache, []

@@ -42,6 +42,12 @@ Guarantees:
 * with a codec, a take decodes the head **before** it commits: a value that does not decode
   raises :class:`~etcd_recipes.errors.CodecError` naming its key and stays where it is (never
   lost; a queue on the same path without a codec takes it raw, to inspect or drop);
+* every ``enqueue``/``enqueue_all`` and every take (``dequeue``, ``try_dequeue``, ``poll``)
+  reports one ``queue_operation`` event to the client's metrics hook (``name``: the
+  ``metrics_name`` given), with one outcome (``ok``, ``empty``, ``timeout``, ``cancelled``,
+  ``error``) and a ``queue.enqueue`` / ``queue.receive`` span (the path: a span attribute
+  only, never a label); a wait that got an item also reports the v1 latency
+  ``"queue.dequeue"``.
 
 Not guaranteed:
 
@@ -72,6 +78,7 @@ from .._core.keys import append_to_path, pad, random_token
 from ..codecs import Codec, ValueT
 from ..errors import RecipeClosedError
 from ..types import KeyValue, RangeResult
+from ._metering import Metered, batch_size
 from ._take import TakeQueue, check_batch, create, key_millis
 
 if TYPE_CHECKING:
@@ -85,7 +92,8 @@ class DistributedQueue(TakeQueue[ValueT], Generic[ValueT]):
 
     Values are ``bytes`` (``str`` is accepted and UTF-8 encoded); pass ``codec=`` to make the
     queue carry any ``T``. No ``start()`` is needed; ``async with`` works and closing releases
-    nothing (the queue holds no lease).
+    nothing (the queue holds no lease). ``metrics_name`` is the ``name`` label of its metrics
+    (low-cardinality: never a path or an id).
 
     Example::
 
@@ -107,8 +115,9 @@ class DistributedQueue(TakeQueue[ValueT], Generic[ValueT]):
         *,
         codec: Codec[ValueT] | None = None,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
-        super().__init__(client, path, codec=codec, client_id=client_id)
+        super().__init__(client, path, codec=codec, client_id=client_id, metrics_name=metrics_name)
 
     # Items only ever join a FIFO queue at its tail (a new commit has a higher revision), so
     # the first still-present item of an earlier window is still the head: a window serves
@@ -178,7 +187,8 @@ class DistributedQueue(TakeQueue[ValueT], Generic[ValueT]):
         def key() -> list[str]:
             return [append_to_path(self.path, f"{pad(key_millis(), 19)}-{random_token(3)}")]
 
-        await create(self._client, key, [data])
+        with Metered(self._meter, "enqueue", self.path):
+            await create(self._client, key, [data])
 
     @overload
     async def enqueue_all(self: DistributedQueue[bytes], values: Iterable[bytes | str]) -> None: ...
@@ -211,4 +221,5 @@ class DistributedQueue(TakeQueue[ValueT], Generic[ValueT]):
                 for i in range(len(data))
             ]
 
-        await create(self._client, keys, data)
+        with Metered(self._meter, "enqueue", self.path, **batch_size(len(data))):
+            await create(self._client, keys, data)

@@ -29,6 +29,12 @@ Guarantees:
 * with a codec, a take decodes the head **before** it commits: a value that does not decode
   raises :class:`~etcd_recipes.errors.CodecError` naming its key and stays where it is (never
   lost; a queue on the same path without a codec takes it raw, to inspect or drop);
+* every ``enqueue``/``enqueue_all`` and every take (``dequeue``, ``try_dequeue``, ``poll``)
+  reports one ``queue_operation`` event to the client's metrics hook (``name``: the
+  ``metrics_name`` given), with one outcome (``ok``, ``empty``, ``timeout``, ``cancelled``,
+  ``error``) and a ``queue.enqueue`` / ``queue.receive`` span (the path: a span attribute
+  only, never a label); a wait that got an item also reports the v1 latency
+  ``"priority_queue.dequeue"``.
 
 Not guaranteed:
 
@@ -59,7 +65,7 @@ import time
 from typing import TYPE_CHECKING, Any, Generic, overload
 
 from .._core.keys import append_to_path, pad
-from .._core.txn import Cmp, Op
+from .._core.txn import Cmp, GetOp, Op
 from .._core.validate import check_duration, check_int_range
 from ..codecs import Codec, ValueT
 from ..errors import (
@@ -69,6 +75,7 @@ from ..errors import (
     RetriesExhaustedError,
 )
 from ..types import KeyValue, RangeResult, SortOrder, SortTarget
+from ._metering import Metered
 from ._take import TakeQueue
 
 if TYPE_CHECKING:
@@ -109,7 +116,8 @@ class DistributedPriorityQueue(TakeQueue[ValueT], Generic[ValueT]):
     ``minimum_wait_time`` (seconds, default 0) paces this instance's enqueues: each waits until
     that long has passed since the previous one, thinning out compare-and-swap contention on a
     busy priority. It is per instance, not a cluster-wide rate limit. Enqueues of one instance
-    run one at a time.
+    run one at a time. ``metrics_name`` is the ``name`` label of its metrics (low-cardinality:
+    never a path or an id).
 
     Example::
 
@@ -135,8 +143,9 @@ class DistributedPriorityQueue(TakeQueue[ValueT], Generic[ValueT]):
         minimum_wait_time: float = 0.0,
         codec: Codec[ValueT] | None = None,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
-        super().__init__(client, path, codec=codec, client_id=client_id)
+        super().__init__(client, path, codec=codec, client_id=client_id, metrics_name=metrics_name)
         self.minimum_wait_time: float = check_duration(
             minimum_wait_time, what="minimum_wait_time", minimum=0.0, inclusive=True
         )
@@ -208,6 +217,10 @@ class DistributedPriorityQueue(TakeQueue[ValueT], Generic[ValueT]):
             limit=1,
             keys_only=True,
         )
+        with Metered(self._meter, "enqueue", self.path, **{"etcd_recipes.queue.priority": prio}):
+            await self._write(prio, data, guard, children, last)
+
+    async def _write(self, prio: int, data: bytes, guard: str, children: str, last: GetOp) -> None:
         async with self._enqueue_lock:
             pause = self._last_write + self.minimum_wait_time - time.monotonic()
             if pause > 0:

@@ -52,6 +52,10 @@ Guarantees:
   the sync facade) consumes nothing: a claim already in flight is undone (payload back under
   its key, attempts as before), and a consumer lease taken by that call is revoked again.
 
+Metrics (``metrics_name`` is the ``name`` label): one ``queue_operation`` per enqueue, receive
+and settle call (outcomes and spans: ``queues/_metering.py``), ``queue_redelivered`` per sweep
+that returned expired claims, ``lease_lost`` when the consumer lease is lost.
+
 Not guaranteed: exactly-once processing; an order across consumers; delay precision better
 than the clock skew between producer and consumer (ready times are producers' clock readings).
 ``requeue()`` keeps the attempt count but never dead-letters (only orphans do, as in the
@@ -102,6 +106,7 @@ from ..types import KeyValue
 from ._claims import Claimer
 from ._consumer import RECEIVE_CALL, ConsumerLease
 from ._layout import Snapshot, WorkKeys, check_id, item_name, ready_millis
+from ._metering import Metered, batch_size, report_lease_loss
 from ._sweep import Sweeps
 from ._take import (
     Waits,
@@ -158,8 +163,9 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         *,
         codec: Codec[ValueT] | None = None,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
-        super().__init__(client, path, client_id=client_id)
+        super().__init__(client, path, client_id=client_id, metrics_name=metrics_name)
         if config is not None and not isinstance(config, WorkQueueConfig):
             raise InvalidArgumentError(f"config must be a WorkQueueConfig, not {config!r}")
         self.config: WorkQueueConfig = config or WorkQueueConfig()
@@ -177,6 +183,7 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
             touched=self._stale,
             snapshot=self._snapshot,
             on_error=lambda exc: self._record_exception(exc, "sweeper"),
+            meter=lambda: self._meter,
         )
         self._consumer = ConsumerLease(
             client,
@@ -217,8 +224,8 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         self._check_open()
         data = encode(self.codec, value)
         wait = check_delay(delay)
-
-        keys = await create(self._client, lambda: self._keys.fresh(wait), [data])
+        with Metered(self._meter, "enqueue", self.path):
+            keys = await create(self._client, lambda: self._keys.fresh(wait), [data])
         return item_name(keys[0].encode())
 
     @overload
@@ -243,8 +250,8 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         data = [encode(self.codec, v) for v in check_batch(values)]
         if not data:
             return []
-
-        keys = await create(self._client, lambda: self._keys.fresh(0, len(data)), data)
+        with Metered(self._meter, "enqueue", self.path, **batch_size(len(data))):
+            keys = await create(self._client, lambda: self._keys.fresh(0, len(data)), data)
         return [item_name(k.encode()) for k in keys]
 
     # ------------------------------------------------------------------ consuming
@@ -441,7 +448,9 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
 
         try:
             async with abort_guard(give_back_new_lease, what=f"{self.exception_context}: lease"):
-                return await self._receive_loop(wait=wait, timeout=timeout)
+                with Metered(self._meter, "receive", self.path) as op:
+                    found = await self._receive_loop(wait=wait, timeout=timeout)
+                    return op.taken(found, waited=wait)
         finally:
             RECEIVE_CALL.reset(token)
 
@@ -486,17 +495,13 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
             if snap.delayed is not None:
                 due = (ready_millis(snap.delayed) - now_millis()) / 1000
                 wait_for = min(wait_for, max(due, 0.001))
-            with self._waits.scope():
-                await self._wait_for_items(snap.revision, wait_for)
+            with self._waits.scope():  # woken by a new item, or a delayed one (it may mature)
+                prefixes = (self._keys.items, self._keys.delayed)
+                await wait_for_put_under_any(
+                    self._client, prefixes, snap.revision, wait_for, self._on_recovery_event
+                )
             self._check_open()
             snap, reclaimed = await self._snapshot(), False
-
-    async def _wait_for_items(self, revision: int, timeout: float) -> bool:
-        # A new delayed item may mature before the wait would end: wake for it too.
-        prefixes = (self._keys.items, self._keys.delayed)
-        return await wait_for_put_under_any(
-            self._client, prefixes, revision, timeout, self._on_recovery_event
-        )
 
     async def _claim(
         self, items: list[KeyValue], deadline: float | None
@@ -539,6 +544,7 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
 
     def _on_lease_event(self, event: LeaseEvent) -> None:
         self._on_recovery_event(event)
+        report_lease_loss(self._meter, event)
         if isinstance(event, LeaseExpired):
             self._held.clear()  # every marker went with the lease
         if not isinstance(event, (LeaseRestored, LeaseResumed)):
@@ -549,6 +555,12 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
 
     async def _settle(
         self, item: WorkItem[ValueT], how: str, *, delay: float = 0.0, reason: str | None = None
+    ) -> bool:
+        with Metered(self._meter, "dead_letter" if how == "dead" else how, self.path) as op:
+            return op.settled(await self._settle_claim(item, how, delay, reason))
+
+    async def _settle_claim(
+        self, item: WorkItem[ValueT], how: str, delay: float, reason: str | None
     ) -> bool:
         claim, name = item._claim, item.id
         if claim.settled or self.is_closed:
@@ -570,15 +582,6 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
             log.info("%s: the claim on %s was lost before settling", self.exception_context, name)
         return settled
 
-    async def _release(self, item: WorkItem[ValueT]) -> None:
-        """Return an unsettled item as an orphan would be returned (or dead-lettered)."""
-        claim = item._claim
-        claim.settled = True
-        dead = item.attempt >= self.config.max_deliveries
-        await self._claimer.release(
-            item.id, claim.data, claim.revision, dead=dead, attempts=item.attempt
-        )
-
     # ------------------------------------------------------------------ lifecycle
 
     async def _do_close(self) -> None:
@@ -588,7 +591,8 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         self._held.clear()
         if held:
             results = await asyncio.gather(
-                *(self._release(item) for item in held), return_exceptions=True
+                *(self._claimer.give_back(item, self.config.max_deliveries) for item in held),
+                return_exceptions=True,
             )
             for result in results:
                 if isinstance(result, Exception):

@@ -55,6 +55,7 @@ class PathChildrenCache(Recipe, Generic[ValueT], twin_of=_async.PathChildrenCach
         codec: Codec[ValueT] | None = None,
         start_timeout: float = 30.0,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
         check_twin(client, "client")
         value = client._rt.call_sync(
@@ -64,6 +65,7 @@ class PathChildrenCache(Recipe, Generic[ValueT], twin_of=_async.PathChildrenCach
             codec=codec,
             start_timeout=start_timeout,
             client_id=client_id,
+            metrics_name=metrics_name,
         )
         self._bind(client._rt, value, client._owner())
 

@@ -53,6 +53,7 @@ class NodeCache(Recipe, Generic[ValueT], twin_of=_async.NodeCache):
         codec: Codec[ValueT] | None = None,
         start_timeout: float = 30.0,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
         check_twin(client, "client")
         value = client._rt.call_sync(
@@ -62,6 +63,7 @@ class NodeCache(Recipe, Generic[ValueT], twin_of=_async.NodeCache):
             codec=codec,
             start_timeout=start_timeout,
             client_id=client_id,
+            metrics_name=metrics_name,
         )
         self._bind(client._rt, value, client._owner())
 

@@ -32,7 +32,8 @@ class PrefixCache(Recipe, Generic[ValueT], twin_of=_async.PrefixCache):
     ``codec`` decodes values (bytes by default); ``values=False`` keeps keys and revisions
     only; ``transform`` maps each decoded value at ingest (e.g. to keep only what you need);
     ``key_filter`` keeps only the keys it accepts. Keys are ``str`` (UTF-8; other bytes
-    survive as surrogate escapes).
+    survive as surrogate escapes). ``metrics_name`` is the ``name`` label of its metrics
+    (low-cardinality: never a key or a path).
 
     Example::
 
@@ -61,6 +62,7 @@ class PrefixCache(Recipe, Generic[ValueT], twin_of=_async.PrefixCache):
         page_size: int = 1000,
         start_timeout: float = 30.0,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
         check_twin(client, "client")
         value = client._rt.call_sync(
@@ -75,6 +77,7 @@ class PrefixCache(Recipe, Generic[ValueT], twin_of=_async.PrefixCache):
             page_size=page_size,
             start_timeout=start_timeout,
             client_id=client_id,
+            metrics_name=metrics_name,
         )
         self._bind(client._rt, value, client._owner())
 

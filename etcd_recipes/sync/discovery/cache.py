@@ -52,10 +52,17 @@ class ServiceCache(Recipe, Generic[PayloadT], twin_of=_async.ServiceCache):
         *,
         codec: Codec[PayloadT] | None = None,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
         check_twin(client, "client")
         value = client._rt.call_sync(
-            _async.ServiceCache, client._a, service_path, name, codec=codec, client_id=client_id
+            _async.ServiceCache,
+            client._a,
+            service_path,
+            name,
+            codec=codec,
+            client_id=client_id,
+            metrics_name=metrics_name,
         )
         self._bind(client._rt, value, client._owner())
 

@@ -54,6 +54,7 @@ class ServiceDiscovery(Recipe, Generic[PayloadT], twin_of=_async.ServiceDiscover
         ttl: float = DEFAULT_TTL,
         codec: Codec[PayloadT] | None = None,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
         check_twin(client, "client")
         value = client._rt.call_sync(
@@ -63,6 +64,7 @@ class ServiceDiscovery(Recipe, Generic[PayloadT], twin_of=_async.ServiceDiscover
             ttl=ttl,
             codec=codec,
             client_id=client_id,
+            metrics_name=metrics_name,
         )
         self._bind(client._rt, value, client._owner())
 
@@ -102,10 +104,12 @@ class ServiceDiscovery(Recipe, Generic[PayloadT], twin_of=_async.ServiceDiscover
         :class:`~etcd_recipes.errors.ServiceInstanceNotFoundError` when absent."""
         return self._rt.call(self._a.query_for_instance, name, instance_id)
 
-    def service_cache(self, name: str) -> ServiceCache[PayloadT]:
+    def service_cache(
+        self, name: str, *, metrics_name: str | None = None
+    ) -> ServiceCache[PayloadT]:
         """A new, **unstarted** cache of ``name`` (use ``with``), closed with the
-        facade."""
-        value = self._rt.call_sync(self._a.service_cache, name)
+        facade; ``metrics_name`` defaults to the facade's."""
+        value = self._rt.call_sync(self._a.service_cache, name, metrics_name=metrics_name)
         result: ServiceCache[PayloadT] = self._twin(value)
         return result
 
@@ -119,9 +123,11 @@ class ServiceDiscovery(Recipe, Generic[PayloadT], twin_of=_async.ServiceDiscover
         error_window: float = 30.0,
         empty_grace: float = 10.0,
         instance_filter: InstanceFilter | None = None,
+        metrics_name: str | None = None,
     ) -> ServiceProvider[PayloadT]:
         """A new, **unstarted** provider of ``name`` (use ``with``), closed with the
-        facade; the arguments are :class:`~etcd_recipes.ServiceProvider`'s."""
+        facade; the arguments are :class:`~etcd_recipes.ServiceProvider`'s (``metrics_name``
+        defaults to the facade's)."""
         value = self._rt.call_sync(
             self._a.service_provider,
             name,
@@ -131,6 +137,7 @@ class ServiceDiscovery(Recipe, Generic[PayloadT], twin_of=_async.ServiceDiscover
             error_window=error_window,
             empty_grace=empty_grace,
             instance_filter=instance_filter,
+            metrics_name=metrics_name,
         )
         result: ServiceProvider[PayloadT] = self._twin(value)
         return result

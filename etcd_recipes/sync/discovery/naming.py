@@ -34,9 +34,22 @@ class NamingEndpoints(Recipe, twin_of=_async.NamingEndpoints):
 
     _a: _async.NamingEndpoints
 
-    def __init__(self, client: EtcdClient, target: str, *, client_id: str | None = None) -> None:
+    def __init__(
+        self,
+        client: EtcdClient,
+        target: str,
+        *,
+        client_id: str | None = None,
+        metrics_name: str = "",
+    ) -> None:
         check_twin(client, "client")
-        value = client._rt.call_sync(_async.NamingEndpoints, client._a, target, client_id=client_id)
+        value = client._rt.call_sync(
+            _async.NamingEndpoints,
+            client._a,
+            target,
+            client_id=client_id,
+            metrics_name=metrics_name,
+        )
         self._bind(client._rt, value, client._owner())
 
     def endpoints(self) -> list[NamingEndpoint]:

@@ -65,6 +65,7 @@ class ServiceProvider(Recipe, Generic[PayloadT], twin_of=_async.ServiceProvider)
         instance_filter: InstanceFilter | None = None,
         codec: Codec[PayloadT] | None = None,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
         check_twin(client, "client")
         value = client._rt.call_sync(
@@ -80,6 +81,7 @@ class ServiceProvider(Recipe, Generic[PayloadT], twin_of=_async.ServiceProvider)
             instance_filter=instance_filter,
             codec=codec,
             client_id=client_id,
+            metrics_name=metrics_name,
         )
         self._bind(client._rt, value, client._owner())
 

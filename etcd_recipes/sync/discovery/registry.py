@@ -56,6 +56,7 @@ class ServiceRegistry(Recipe, Generic[PayloadT], twin_of=_async.ServiceRegistry)
         ttl: float = DEFAULT_TTL,
         codec: Codec[PayloadT] | None = None,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
         check_twin(client, "client")
         value = client._rt.call_sync(
@@ -65,6 +66,7 @@ class ServiceRegistry(Recipe, Generic[PayloadT], twin_of=_async.ServiceRegistry)
             ttl=ttl,
             codec=codec,
             client_id=client_id,
+            metrics_name=metrics_name,
         )
         self._bind(client._rt, value, client._owner())
 

@@ -26,7 +26,8 @@ class DistributedQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedQueue)
 
     Values are ``bytes`` (``str`` is accepted and UTF-8 encoded); pass ``codec=`` to make the
     queue carry any ``T``. No ``start()`` is needed; ``with`` works and closing releases
-    nothing (the queue holds no lease).
+    nothing (the queue holds no lease). ``metrics_name`` is the ``name`` label of its metrics
+    (low-cardinality: never a path or an id).
 
     Example::
 
@@ -50,10 +51,16 @@ class DistributedQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedQueue)
         *,
         codec: Codec[ValueT] | None = None,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
         check_twin(client, "client")
         value = client._rt.call_sync(
-            _async.DistributedQueue, client._a, path, codec=codec, client_id=client_id
+            _async.DistributedQueue,
+            client._a,
+            path,
+            codec=codec,
+            client_id=client_id,
+            metrics_name=metrics_name,
         )
         self._bind(client._rt, value, client._owner())
 

@@ -27,7 +27,8 @@ class DistributedPriorityQueue(Recipe, Generic[ValueT], twin_of=_async.Distribut
     ``minimum_wait_time`` (seconds, default 0) paces this instance's enqueues: each waits until
     that long has passed since the previous one, thinning out compare-and-swap contention on a
     busy priority. It is per instance, not a cluster-wide rate limit. Enqueues of one instance
-    run one at a time.
+    run one at a time. ``metrics_name`` is the ``name`` label of its metrics (low-cardinality:
+    never a path or an id).
 
     Example::
 
@@ -50,6 +51,7 @@ class DistributedPriorityQueue(Recipe, Generic[ValueT], twin_of=_async.Distribut
         minimum_wait_time: float = 0.0,
         codec: Codec[ValueT] | None = None,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
         check_twin(client, "client")
         value = client._rt.call_sync(
@@ -59,6 +61,7 @@ class DistributedPriorityQueue(Recipe, Generic[ValueT], twin_of=_async.Distribut
             minimum_wait_time=minimum_wait_time,
             codec=codec,
             client_id=client_id,
+            metrics_name=metrics_name,
         )
         self._bind(client._rt, value, client._owner())
 

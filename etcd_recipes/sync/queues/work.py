@@ -57,10 +57,17 @@ class DistributedWorkQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedWo
         *,
         codec: Codec[ValueT] | None = None,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
         check_twin(client, "client")
         value = client._rt.call_sync(
-            _async.DistributedWorkQueue, client._a, path, config, codec=codec, client_id=client_id
+            _async.DistributedWorkQueue,
+            client._a,
+            path,
+            config,
+            codec=codec,
+            client_id=client_id,
+            metrics_name=metrics_name,
         )
         self._bind(client._rt, value, client._owner())
 
