@@ -127,11 +127,15 @@ class Recipe:
     def _log_fields(self) -> dict[str, object]:
         """The structured log fields of this recipe now (see ``_core/logctx.py``).
 
-        The path and client id always; the lease id, revision and fencing token where the
+        The identity, path and client id always; the lease id, revision and fencing token where the
         recipe has a ``lease_id``, ``revision`` or ``fencing_token`` property that reads as an
         ``int`` at this moment (one that raises or is ``None`` is left out).
         """
-        fields: dict[str, object] = {"etcd_path": self.path, "etcd_client_id": self.client_id}
+        fields: dict[str, object] = {
+            "etcd_recipe": self.exception_context,
+            "etcd_path": self.path,
+            "etcd_client_id": self.client_id,
+        }
         kind = type(self)
         for attr, field in _DYNAMIC_LOG_FIELDS:
             if isinstance(getattr(kind, attr, None), property):
@@ -320,7 +324,7 @@ class Recipe:
         context = self.exception_context if not where else f"{self.exception_context}:{where}"
         with self._errors_lock:
             self._errors.append(BackgroundException(context, exc))
-        log.warning("%s: %s", context, exc)
+        log.warning("%s (%s): %s", context, self.client_id, exc, extra=self._log_fields())
         self._exception_listeners.emit(context, exc)
         self._error_stream.publish(BackgroundException(context, exc))
 
@@ -382,7 +386,14 @@ class Recipe:
         old, self._state = self._state, new
         if old is new:
             return
-        log.info("%s: connection state %s -> %s", self.exception_context, old.value, new.value)
+        log.info(
+            "%s: %s connection state %s -> %s",
+            self.exception_context,
+            self.client_id,
+            old.value,
+            new.value,
+            extra=self._log_fields(),
+        )
         self._state_listeners.emit(new, old)
         self._state_stream.publish(new)
 
