@@ -39,6 +39,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -50,11 +51,15 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "etcd_recipes.contrib.otel needs opentelemetry-api: pip install 'etcd-recipes[otel]'"
     ) from exc
 
-from .. import EtcdMetrics, InvalidArgumentError, MetricsSpan, __version__
+from .. import EtcdMetrics, InvalidArgumentError, MetricsSpan
 
 __all__ = ["ERROR_OUTCOMES", "SPAN_OPERATIONS", "OpenTelemetryMetrics"]
 
 SCOPE = "etcd_recipes"
+try:
+    _VERSION: str | None = importlib.metadata.version("etcd-recipes")
+except importlib.metadata.PackageNotFoundError:  # pragma: no cover - run from a bare checkout
+    _VERSION = None
 
 RPC_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
 DURATION_BUCKETS = (0.001, 0.005, 0.025, 0.1, 0.5, 2.5, 10.0, 30.0, 120.0, 600.0)
@@ -162,8 +167,8 @@ class OpenTelemetryMetrics(EtcdMetrics):
             )
         meters = meter_provider if meter_provider is not None else metrics.get_meter_provider()
         tracers = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
-        meter = meters.get_meter(SCOPE, __version__)
-        self._tracer = tracers.get_tracer(SCOPE, __version__)
+        meter = meters.get_meter(SCOPE, _VERSION)
+        self._tracer = tracers.get_tracer(SCOPE, _VERSION)
 
         def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> metrics.Histogram:
             try:
