@@ -1,0 +1,294 @@
+"""A ready-made OpenTelemetry sink: metrics and spans (extra ``otel``: opentelemetry-api).
+
+:class:`OpenTelemetryMetrics` records every :class:`~etcd_recipes.EtcdMetrics` event in
+OpenTelemetry instruments named ``etcd_recipes.*`` (dotted, unit ``s`` for durations: the
+same families as :mod:`etcd_recipes.contrib.prometheus`), and answers
+:meth:`~etcd_recipes.EtcdMetrics.start_span` with a real span for each bounded operation.
+It uses only the OpenTelemetry *API*; the SDK (providers, readers, exporters) is yours to set
+up, globally or by passing the providers.
+
+Guaranteed:
+
+* attributes are the fixed vocabularies of :class:`~etcd_recipes.EtcdMetrics` plus
+  ``recipe`` and ``name``; **keys, paths and lease ids are never metric attributes** (a
+  recipe's path is a *span* attribute, ``etcd_recipes.path``);
+* spans only for the bounded operations the library names (``lock.*``, ``semaphore.*``,
+  ``election.*``, ``barrier.*``, ``queue.*``): anything else, notably a watch or keep-alive
+  stream, gets no span, so nothing this sink starts stays open for a stream's lifetime;
+* a span starts in the caller's context (its parent is the caller's current span), is not
+  made current (nothing is attached to a context the library would have to detach), and
+  ends exactly once, with status ERROR on an error outcome.
+
+Not guaranteed: trace context does not travel with queue items (a consumer's
+``queue.receive`` span is not linked to the producer's ``queue.enqueue``); events the library
+dropped (a full sink queue) are not recorded.
+
+Example::
+
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from etcd_recipes.contrib.otel import OpenTelemetryMetrics
+
+    reader = InMemoryMetricReader()
+    sink = OpenTelemetryMetrics(meter_provider=MeterProvider(metric_readers=[reader]))
+    sink.rpc_finished("put", 0.002, 1, "ok")
+    (scope,) = reader.get_metrics_data().resource_metrics[0].scope_metrics
+    print([m.name for m in scope.metrics])  # ['etcd_recipes.rpc.duration']
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+try:
+    from opentelemetry import metrics, trace
+    from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "etcd_recipes.contrib.otel needs opentelemetry-api: pip install 'etcd-recipes[otel]'"
+    ) from exc
+
+from .. import EtcdMetrics, InvalidArgumentError, MetricsSpan
+
+__all__ = ["ERROR_OUTCOMES", "SPAN_OPERATIONS", "OpenTelemetryMetrics"]
+
+SCOPE = "etcd_recipes"
+try:
+    _VERSION: str | None = importlib.metadata.version("etcd-recipes")
+except importlib.metadata.PackageNotFoundError:  # pragma: no cover - run from a bare checkout
+    _VERSION = None
+
+RPC_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
+DURATION_BUCKETS = (0.001, 0.005, 0.025, 0.1, 0.5, 2.5, 10.0, 30.0, 120.0, 600.0)
+
+SPAN_OPERATIONS = frozenset({"lock", "semaphore", "election", "barrier", "queue"})
+"""The operation families (the part before the first dot) that get a span; others get none."""
+
+ERROR_OUTCOMES = frozenset({"error", "lost", "timeout", "stale"})
+"""Outcomes that end a span with status ERROR (as does an error that is not a cancellation)."""
+
+_KINDS = {"queue.enqueue": SpanKind.PRODUCER, "queue.receive": SpanKind.CONSUMER}
+
+
+def _attribute(value: object) -> Any:
+    if isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, Sequence) and all(isinstance(v, (str, bool, int, float)) for v in value):
+        return list(value)
+    return str(value)
+
+
+class _OtelSpan(MetricsSpan):
+    __slots__ = ("span",)
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+
+    def end(self, outcome: str, error: BaseException | None = None) -> None:
+        span = self.span
+        if not span.is_recording():
+            span.end()  # ended already, or a non-recording span: ending it is harmless
+            return
+        span.set_attribute("etcd_recipes.outcome", outcome)
+        cancelled = isinstance(error, asyncio.CancelledError)
+        if error is not None and not cancelled:
+            span.record_exception(error)
+        if outcome in ERROR_OUTCOMES or (error is not None and not cancelled):
+            reason = type(error).__name__ if error is not None else outcome
+            span.set_status(Status(StatusCode.ERROR, reason))
+        span.end()
+
+
+class OpenTelemetryMetrics(EtcdMetrics):
+    """A metrics sink that records the library's events in OpenTelemetry instruments and spans.
+
+    :param meter_provider: where the instruments come from (default: the global provider,
+        ``opentelemetry.metrics.get_meter_provider()``).
+    :param tracer_provider: where the spans come from (default: the global provider).
+
+    The instruments (attributes in brackets; histogram bucket advice as in the Prometheus
+    sink: 1 ms to 5 s for RPCs, 1 ms to 10 min for the rest):
+
+    * ``etcd_recipes.rpc.duration`` (histogram, s) [operation, outcome];
+      ``etcd_recipes.rpc.retries`` (counter) [operation]
+    * ``etcd_recipes.watch.recoveries`` [kind]; ``etcd_recipes.keepalive.events`` [kind]
+    * ``etcd_recipes.lease.lost`` [recipe, name, kind]
+    * ``etcd_recipes.lock.wait.duration`` (s) [recipe, name, outcome];
+      ``etcd_recipes.lock.hold.duration`` (s) [recipe, name, ended]
+    * ``etcd_recipes.leadership.transitions`` [recipe, name, transition];
+      ``etcd_recipes.leader`` (up-down counter: 1 while leading) [recipe, name]
+    * ``etcd_recipes.barrier.wait.duration`` (s) [recipe, name, outcome]
+    * ``etcd_recipes.queue.operation.duration`` (s) [recipe, name, operation, outcome];
+      ``etcd_recipes.queue.redeliveries`` [recipe, name]
+    * ``etcd_recipes.cache.sync.duration`` (s) [recipe, name, kind];
+      ``etcd_recipes.cache.entries`` (up-down counter) [recipe, name]
+    * ``etcd_recipes.recipe.latency`` (s) [name] (the v1 ``record_latency``)
+
+    Spans are named after the operation (``lock.acquire``, ``queue.receive``...), kind
+    PRODUCER for ``queue.enqueue``, CONSUMER for ``queue.receive`` and INTERNAL otherwise,
+    with the attributes ``etcd_recipes.recipe``, ``etcd_recipes.name``, ``etcd_recipes.path``,
+    ``etcd_recipes.outcome`` and each attribute the library passes as ``etcd_recipes.<key>``.
+
+    Example::
+
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        from etcd_recipes.contrib.otel import OpenTelemetryMetrics
+
+        exporter = InMemorySpanExporter()
+        tracing = TracerProvider()
+        tracing.add_span_processor(SimpleSpanProcessor(exporter))
+        sink = OpenTelemetryMetrics(tracer_provider=tracing)
+        span = sink.start_span("DistributedMutex", "", "lock.acquire", "/locks/a", {})
+        span.end("timeout")
+        (done,) = exporter.get_finished_spans()
+        print(done.name, done.status.status_code.name)  # lock.acquire ERROR
+    """
+
+    def __init__(
+        self,
+        *,
+        meter_provider: metrics.MeterProvider | None = None,
+        tracer_provider: trace.TracerProvider | None = None,
+    ) -> None:
+        if meter_provider is not None and not isinstance(meter_provider, metrics.MeterProvider):
+            raise InvalidArgumentError(
+                f"meter_provider must be a MeterProvider: {meter_provider!r}"
+            )
+        if tracer_provider is not None and not isinstance(tracer_provider, trace.TracerProvider):
+            raise InvalidArgumentError(
+                f"tracer_provider must be a TracerProvider: {tracer_provider!r}"
+            )
+        meters = meter_provider if meter_provider is not None else metrics.get_meter_provider()
+        tracers = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
+        meter = meters.get_meter(SCOPE, _VERSION)
+        self._tracer = tracers.get_tracer(SCOPE, _VERSION)
+
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> metrics.Histogram:
+            try:
+                return meter.create_histogram(
+                    name, unit="s", description=doc, explicit_bucket_boundaries_advisory=buckets
+                )
+            except TypeError:  # pragma: no cover - opentelemetry-api < 1.26 has no advice
+                return meter.create_histogram(name, unit="s", description=doc)
+
+        long = DURATION_BUCKETS
+        p = "etcd_recipes."
+        self._rpc = histogram(p + "rpc.duration", "Unary etcd RPCs, all attempts.", RPC_BUCKETS)
+        self._retries = meter.create_counter(p + "rpc.retries", "{retry}", "Retried attempts.")
+        self._watch = meter.create_counter(p + "watch.recoveries", "{event}", "Watch recoveries.")
+        self._keepalive = meter.create_counter(p + "keepalive.events", "{event}", "Lease events.")
+        self._lease_lost = meter.create_counter(p + "lease.lost", "{lease}", "Leases lost.")
+        self._lock_wait = histogram(p + "lock.wait.duration", "Lock acquisitions.", long)
+        self._lock_hold = histogram(p + "lock.hold.duration", "Lock holds.", long)
+        self._transitions = meter.create_counter(
+            p + "leadership.transitions", "{transition}", "Changes of a candidate's role."
+        )
+        self._leader = meter.create_up_down_counter(
+            p + "leader", "{candidate}", "Candidates of this process that lead now."
+        )
+        self._barrier = histogram(p + "barrier.wait.duration", "Barrier waits.", long)
+        self._queue = histogram(p + "queue.operation.duration", "Queue operations.", long)
+        self._redeliveries = meter.create_counter(
+            p + "queue.redeliveries", "{item}", "Work items whose claim expired."
+        )
+        self._cache_sync = histogram(p + "cache.sync.duration", "Full loads of a cache.", long)
+        self._cache_entries = meter.create_up_down_counter(
+            p + "cache.entries", "{entry}", "Entries held by caches."
+        )
+        self._latency = histogram(p + "recipe.latency", "The v1 recipe latencies.", long)
+
+    def __repr__(self) -> str:
+        return "<OpenTelemetryMetrics>"
+
+    # -- v1 -----------------------------------------------------------------------------------
+
+    def record_rpc(self, op: str, duration: float, attempts: int, failed: bool) -> None:
+        """The v1 RPC event, recorded as :meth:`rpc_finished` with outcome ``ok``/``error``."""
+        self.rpc_finished(op, duration, attempts, "error" if failed else "ok")
+
+    def increment_watch_recovery(self, kind: str, key: bytes) -> None:
+        """Adds 1 to ``etcd_recipes.watch.recoveries`` (``key`` is not an attribute)."""
+        self._watch.add(1, {"kind": kind})
+
+    def increment_keep_alive(self, kind: str, lease_id: int) -> None:
+        """Adds 1 to ``etcd_recipes.keepalive.events`` (``lease_id`` is not an attribute)."""
+        self._keepalive.add(1, {"kind": kind})
+
+    def record_latency(self, name: str, seconds: float) -> None:
+        """Records ``etcd_recipes.recipe.latency``."""
+        self._latency.record(seconds, {"name": name})
+
+    # -- v2 -----------------------------------------------------------------------------------
+
+    def rpc_finished(self, operation: str, duration: float, attempts: int, outcome: str) -> None:
+        """Records ``etcd_recipes.rpc.duration`` and adds ``attempts - 1`` retries."""
+        self._rpc.record(duration, {"operation": operation, "outcome": outcome})
+        if attempts > 1:
+            self._retries.add(attempts - 1, {"operation": operation})
+
+    def lease_lost(self, recipe: str, name: str, kind: str) -> None:
+        """Adds 1 to ``etcd_recipes.lease.lost``."""
+        self._lease_lost.add(1, {"recipe": recipe, "name": name, "kind": kind})
+
+    def lock_wait_finished(self, recipe: str, name: str, duration: float, outcome: str) -> None:
+        """Records ``etcd_recipes.lock.wait.duration``."""
+        self._lock_wait.record(duration, {"recipe": recipe, "name": name, "outcome": outcome})
+
+    def lock_hold_finished(self, recipe: str, name: str, duration: float, ended: str) -> None:
+        """Records ``etcd_recipes.lock.hold.duration``."""
+        self._lock_hold.record(duration, {"recipe": recipe, "name": name, "ended": ended})
+
+    def leadership_changed(self, recipe: str, name: str, transition: str) -> None:
+        """Counts the transition and moves ``etcd_recipes.leader`` (+1 acquired, -1 after)."""
+        self._transitions.add(1, {"recipe": recipe, "name": name, "transition": transition})
+        if transition == "acquired":
+            self._leader.add(1, {"recipe": recipe, "name": name})
+        elif transition in ("relinquished", "lost"):
+            self._leader.add(-1, {"recipe": recipe, "name": name})
+
+    def barrier_wait_finished(self, recipe: str, name: str, duration: float, outcome: str) -> None:
+        """Records ``etcd_recipes.barrier.wait.duration``."""
+        self._barrier.record(duration, {"recipe": recipe, "name": name, "outcome": outcome})
+
+    def queue_operation(
+        self, recipe: str, name: str, operation: str, duration: float, outcome: str
+    ) -> None:
+        """Records ``etcd_recipes.queue.operation.duration``."""
+        attrs = {"recipe": recipe, "name": name, "operation": operation, "outcome": outcome}
+        self._queue.record(duration, attrs)
+
+    def queue_redelivered(self, recipe: str, name: str, count: int) -> None:
+        """Adds ``count`` to ``etcd_recipes.queue.redeliveries``."""
+        self._redeliveries.add(count, {"recipe": recipe, "name": name})
+
+    def cache_synced(self, recipe: str, name: str, kind: str, duration: float, size: int) -> None:
+        """Records ``etcd_recipes.cache.sync.duration``."""
+        self._cache_sync.record(duration, {"recipe": recipe, "name": name, "kind": kind})
+
+    def cache_size_changed(self, recipe: str, name: str, delta: int) -> None:
+        """Adds ``delta`` to ``etcd_recipes.cache.entries``."""
+        self._cache_entries.add(delta, {"recipe": recipe, "name": name})
+
+    def start_span(
+        self, recipe: str, name: str, operation: str, path: str, attributes: Mapping[str, object]
+    ) -> MetricsSpan | None:
+        """A span for a bounded operation (see the class docstring); ``None`` for any other."""
+        if operation.partition(".")[0] not in SPAN_OPERATIONS:
+            return None
+        attrs: dict[str, Any] = {
+            "etcd_recipes.recipe": recipe,
+            "etcd_recipes.name": name,
+            "etcd_recipes.path": path,
+        }
+        for key, value in attributes.items():
+            if value is not None:
+                attrs[f"etcd_recipes.{key}"] = _attribute(value)
+        kind = _KINDS.get(operation, SpanKind.INTERNAL)
+        return _OtelSpan(self._tracer.start_span(operation, kind=kind, attributes=attrs))
