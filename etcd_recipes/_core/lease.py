@@ -47,8 +47,10 @@ from ..events import (
 from ..resilience import LeaseResilience, RetryPolicy
 from ..types import LeaseGrant
 from .listeners import ListenerSet
+from .metering import meter_for
 from .streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .validate import check_client, check_ttl
+from .waiting import run_shielded
 from .wire import Wire
 
 if TYPE_CHECKING:
@@ -84,6 +86,7 @@ class _Registration:
         self.suspended = False
         self.active = True
         self.renewals = 0
+        self.loss_kind = ""  # why it was lost: see AcquisitionLease.loss_kind
 
 
 class LeaseKeeper:
@@ -91,7 +94,7 @@ class LeaseKeeper:
 
     def __init__(self, wire: Wire) -> None:
         self._wire = wire
-        self._metrics = wire.metrics
+        self._metrics = meter_for(wire.metrics)
         self._regs: dict[int, _Registration] = {}
         self._task: asyncio.Task[None] | None = None
         self._closed = False
@@ -138,9 +141,10 @@ class LeaseKeeper:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
 
-    def _lose(self, reg: _Registration, cause: BaseException | None) -> None:
+    def _lose(self, reg: _Registration, cause: BaseException | None, kind: str) -> None:
         if reg.active:
             self.unregister(reg)
+            reg.loss_kind = kind
             reg.on_lost(cause)
 
     def _check_deadlines(self) -> None:
@@ -152,6 +156,7 @@ class LeaseKeeper:
                     LeaseNotFoundError(
                         f"lease {reg.lease_id:x}: no renewal within its {reg.ttl}s TTL"
                     ),
+                    "keep_alive_failed",
                 )
 
     async def _supervise(self) -> None:
@@ -228,9 +233,10 @@ class LeaseKeeper:
             if reg is None:
                 continue
             if msg.TTL <= 0:
-                self._lose(
-                    reg, LeaseNotFoundError(f"lease {reg.lease_id:x} expired or was revoked")
-                )
+                # Gone before its TTL ran out by our renewals' clock: someone revoked it.
+                kind = "revoked" if time.monotonic() < reg.deadline else "expired"
+                cause = LeaseNotFoundError(f"lease {reg.lease_id:x} expired or was revoked")
+                self._lose(reg, cause, kind)
                 continue
             # Replies come in order per lease: the TTL counts from when *that* renewal was sent.
             sent_at = reg.sent.popleft() if reg.sent else time.monotonic()
@@ -240,7 +246,7 @@ class LeaseKeeper:
                 reg.suspended = False
                 if reg.on_resumed is not None:
                     reg.on_resumed()
-            self._metrics.increment_keep_alive("renewal", reg.lease_id)
+            self._metrics.emit("increment_keep_alive", "renewal", reg.lease_id)
 
 
 GRANT_ANSWER_TIMEOUT = 1.0  # seconds a cancelled grant waits for its answer, to revoke it
@@ -251,8 +257,6 @@ async def _grant(client: EtcdClient, ttl: int) -> LeaseGrant:
     (its own task) waits, shielded, up to ``GRANT_ANSWER_TIMEOUT`` for the answer, revokes what
     was granted and re-raises (short: a hung server must not stretch a deadline; a lease
     granted later expires at its TTL). Callers record a lease only after this returns."""
-    from .waiting import run_shielded
-
     task = asyncio.ensure_future(client.lease_grant(ttl))
     try:
         return await asyncio.shield(task)
@@ -267,18 +271,13 @@ async def _grant(client: EtcdClient, ttl: int) -> LeaseGrant:
                 return  # not granted, or unknowable: it expires at its TTL
             await client.lease_revoke(grant.id)
 
-        await run_shielded(
-            answered_then_revoked,
-            what="revoking a lease granted too late",
-            timeout=GRANT_ANSWER_TIMEOUT,
-        )
+        what = "revoking a lease granted too late"
+        await run_shielded(answered_then_revoked, what=what, timeout=GRANT_ANSWER_TIMEOUT)
         raise
 
 
 async def _revoke_quietly(client: EtcdClient, lease_id: int) -> None:
     """Revoke, shielded from cancellation and bounded in time; failures are logged."""
-    from .waiting import run_shielded
-
     await run_shielded(lambda: client.lease_revoke(lease_id), what=f"revoking lease {lease_id:x}")
 
 
@@ -303,9 +302,8 @@ class _LeaseBase:
         """Every later :data:`~etcd_recipes.events.LeaseEvent` of this lease (what the
         listeners get), as an async iterator that ends when the lease is revoked or closed.
 
-        Bounded by ``maxsize``: a consumer that falls that far behind gets
-        :class:`~etcd_recipes.errors.EventStreamOverflowError` after the buffered events.
-        Breaking out of the loop unregisters it.
+        Bounded by ``maxsize`` (a consumer that far behind gets ``EventStreamOverflowError``
+        after the buffered events); breaking out of the loop unregisters it.
 
         Example::
 
@@ -321,7 +319,7 @@ class _LeaseBase:
     def _emit(self, event: LeaseEvent) -> None:
         kind = type(event).__name__.removeprefix("Lease").lower()
         lease_id = event.old_lease_id if isinstance(event, LeaseRestored) else event.lease_id
-        self._client._resilience.metrics.increment_keep_alive(kind, lease_id)
+        meter_for(self._client._resilience.metrics).emit("increment_keep_alive", kind, lease_id)
         self._events.publish(event)
         with contextlib.suppress(RuntimeError):
             self.listeners.emit(event)
@@ -345,6 +343,7 @@ class AcquisitionLease(_LeaseBase):
         self.granted_ttl = 0
         self._lost = asyncio.Event()
         self.lost_cause: BaseException | None = None
+        self.loss_kind = ""  # once lost: expired, revoked (before its TTL) or keep_alive_failed
         self._closed = False
 
     @property
@@ -375,6 +374,7 @@ class AcquisitionLease(_LeaseBase):
         if self._lost.is_set() or self._closed:
             return
         self.lost_cause = cause
+        self.loss_kind = (self._reg.loss_kind if self._reg is not None else "") or "revoked"
         self._lost.set()
         log.info("lease %x lost: %s", self.id, cause)
         self._emit(LeaseExpired(self.id, cause))

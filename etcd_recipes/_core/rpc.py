@@ -4,6 +4,12 @@ error mapping and metrics.
 Transactions pass ``retry=False`` (a commit may have landed); everything else retries on
 UNAVAILABLE, DEADLINE_EXCEEDED and INTERNAL per :class:`~etcd_recipes.resilience.RpcResilience`.
 The caller's cancellation is never retried nor wrapped: it propagates unchanged.
+
+Every call reports one ``rpc_finished(operation, duration, attempts, outcome)`` event
+(``outcome``: ``"ok"``, the lower-case gRPC status of the last failure, or ``"cancelled"``)
+through the sink's :class:`~etcd_recipes._core.metering.Meter`: queued, never inline, so a
+slow or raising sink does not delay or fail an RPC. Not guaranteed: delivery (a full queue
+drops events, counted in the meter's stats).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from ..errors import (
 )
 from ..metrics import EtcdMetrics
 from ..resilience import RpcResilience
+from .metering import meter_for
 from .validate import check_rpc_timeout
 
 __all__ = [
@@ -268,6 +275,13 @@ class AuthManager:
             self._generation += 1
 
 
+def _status_name(exc: grpc.aio.AioRpcError) -> str:
+    """The lower-case gRPC status name of a failed call (``"unavailable"``...)."""
+    code = exc.code()
+    name = getattr(code, "name", None)
+    return name.lower() if isinstance(name, str) else "unknown"
+
+
 class RpcRunner:
     """Runs unary calls under a :class:`RpcResilience` policy."""
 
@@ -280,6 +294,7 @@ class RpcRunner:
     ) -> None:
         self.resilience = resilience
         self.metrics = metrics
+        self._meter = meter_for(metrics)
         self.auth = auth
         self.endpoints = endpoints
 
@@ -313,7 +328,7 @@ class RpcRunner:
         start = time.monotonic()
         attempt = 0
         auth_retried = False
-        failed = True
+        outcome = "unknown"
         try:
             while True:
                 attempt += 1
@@ -321,7 +336,7 @@ class RpcRunner:
                 try:
                     if detached:
                         result: T = await self._detached_attempt(op, fn, request, per_attempt)
-                        failed = False
+                        outcome = "ok"
                         return result
                     call = fn(request, timeout=per_attempt, metadata=self.metadata())
                     # await_call, inlined (this is the hottest path of the library).
@@ -333,9 +348,10 @@ class RpcRunner:
                         call.cancel()
                         raise
                     result = await call
-                    failed = False
+                    outcome = "ok"
                     return result
                 except grpc.aio.AioRpcError as exc:
+                    outcome = _status_name(exc)
                     if self.auth is not None and not auth_retried and is_auth_token_error(exc):
                         auth_retried = True
                         attempt -= 1
@@ -363,8 +379,16 @@ class RpcRunner:
                         delay,
                     )
                     await asyncio.sleep(delay)
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        except EtcdTimeoutError:
+            if outcome == "unknown":  # a detached attempt's own deadline
+                outcome = "deadline_exceeded"
+            raise
         finally:
-            self.metrics.record_rpc(op, time.monotonic() - start, attempt, failed)
+            # Queued for the sink's own thread: a slow or failing sink never delays this call.
+            self._meter.emit("rpc_finished", op, time.monotonic() - start, attempt, outcome)
 
     async def _detached_attempt(
         self, op: str, fn: Callable[..., Any], request: Any, per_attempt: float | None

@@ -323,7 +323,7 @@ class Watch:
         self._resume = self._floor = anchor
         self._awaiting_resync = False
         event = WatchResynced(self.key, compact_revision, anchor)
-        self._hub.metrics.increment_watch_recovery("resynced", self.key)
+        self._hub.metrics.emit("increment_watch_recovery", "resynced", self.key)
         self._emit(event)
         self._buffer.append(event)
         if self._state == "active":
@@ -379,7 +379,7 @@ class Watch:
             self._suspended = False
             self._attempt = 0
             event = WatchResubscribed(self.key, self._resubscribe_revision)
-            self._hub.metrics.increment_watch_recovery("resubscribed", self.key)
+            self._hub.metrics.emit("increment_watch_recovery", "resubscribed", self.key)
             self._emit(event)
             self._queue.put_nowait(event)
         self._created = True
@@ -445,7 +445,7 @@ class Watch:
             self._since = now
             self._resubscribe_revision = self._resume
             event = WatchSuspended(self.key, cause)
-            self._hub.metrics.increment_watch_recovery("suspended", self.key)
+            self._hub.metrics.emit("increment_watch_recovery", "suspended", self.key)
             self._emit(event)
             self._queue.put_nowait(event)
         self._attempt += 1
@@ -461,7 +461,7 @@ class Watch:
             return
         self._failed_sent = True
         event = WatchFailed(self.key, cause)
-        self._hub.metrics.increment_watch_recovery("failed", self.key)
+        self._hub.metrics.emit("increment_watch_recovery", "failed", self.key)
         self._emit(event)
         self._queue.put_nowait(event)
         if self._error is None:

@@ -18,6 +18,7 @@ from aetcd import rpc as pb
 from ..errors import ClientClosedError, EtcdRecipeError, PermissionDeniedError
 from ..resilience import RetryPolicy
 from ..types import EventType, KeyValue, WatchEvent
+from .metering import meter_for
 from .rpc import is_auth_token_error
 from .wire import Wire
 
@@ -36,7 +37,8 @@ class WatchHub:
 
     def __init__(self, wire: Wire) -> None:
         self._wire = wire
-        self.metrics = wire.metrics
+        self.metrics = meter_for(wire.metrics)
+        """The sink's meter: watches report recovery events through it, never inline."""
         # Ids are the server's: every create asks for "any id" (0) and the server's "created"
         # replies come in the order of the requests, so each is matched to the oldest create
         # still waiting (as Go's clientv3 does). Our own ids would do directly against etcd,

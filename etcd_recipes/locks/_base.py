@@ -40,7 +40,7 @@ from ..types import (
     SortTarget,
     TxnResult,
 )
-from ._holds import _Held, _lost_while_running, _scoped_body, _TaskHold
+from ._holds import _Acquisition, _Held, _lost_while_running, _scoped_body, _TaskHold
 from ._session import (
     _abandon,
     _Busy,
@@ -149,6 +149,21 @@ class _LockBase(ABC):
             self._adopt(task, shared)
             return True
         started = time.monotonic()
+        metric = _Acquisition(self._recipe._meter, self._recipe.path)
+        try:
+            held = await self._acquire_new(timeout)
+        except BaseException as exc:
+            metric.failed(exc)
+            raise
+        if held is None:
+            metric.end("timeout")
+            return False
+        self._adopt(task, held.metered(self._recipe._meter))
+        metric.end("acquired")
+        self._recipe._record_latency("lock.acquire", started)
+        return True
+
+    async def _acquire_new(self, timeout: float | None) -> _Held | None:
         held: _Held | None = None
         with _deadline_scope(timeout) as abort:
             self._aborts.add(abort)
@@ -161,13 +176,9 @@ class _LockBase(ABC):
         if held is not None and self._recipe.is_closed:
             await self._release_held(held)
             held = None
-        if held is None:
-            if self._recipe.is_closed:
-                raise RecipeClosedError(f"{self._name}: the acquisition was aborted by aclose()")
-            return False
-        self._adopt(task, held)
-        self._recipe._record_latency("lock.acquire", started)
-        return True
+        if held is None and self._recipe.is_closed:
+            raise RecipeClosedError(f"{self._name}: the acquisition was aborted by aclose()")
+        return held
 
     async def _admit(self, wait: bool) -> _Held:
         if self._serial is not None:

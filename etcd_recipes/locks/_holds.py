@@ -1,18 +1,28 @@
-"""The locks family's holds: a hold in etcd shared by the task holds that use it, and the
-scoped body that is cancelled when the hold is lost. Package-private.
+"""The locks family's holds: a hold in etcd shared by the task holds that use it, the
+scoped body that is cancelled when the hold is lost, and their metrics. Package-private.
+
+Metrics (through the recipe's meter, never inline): every acquisition that is not reentrant
+reports ``lock_wait_finished`` once (:class:`_Acquisition`, also the ``lock.acquire`` span);
+every hold reports ``lock_hold_finished`` once (``released`` or ``lost``), and a lost one
+``lease_lost`` too (:meth:`_Held.metered`). Not guaranteed: an event dropped by a full meter
+queue is not retried.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
 from .._core.caller import Caller
 from .._core.hold import Hold
+from .._core.lease import AcquisitionLease
 from .._core.lease_pool import LeaseCheckout, PooledLease
+from .._core.metering import RecipeMeter, SpanHandle
 from ..errors import (
+    LeaseNotFoundError,
     LostError,
     RecipeClosedError,
 )
@@ -41,9 +51,27 @@ class _Held:
         self.done = False
         self.views: list[_LossSink] = []
         self.serial: asyncio.Lock | None = None  # the instance's local turn, held with this
+        self._meter: RecipeMeter | None = None  # set once acquired: then reports its end once
+        self._since = 0.0
         hold.add_loss_hook(self._on_lost)
 
+    def metered(self, meter: RecipeMeter) -> _Held:
+        """The acquisition succeeded: from now on this hold reports how it ends, once."""
+        self._meter, self._since = meter, time.monotonic()
+        if self.hold.is_lost:  # lost between admission and now
+            self._report("lost")
+        return self
+
+    def _report(self, ended: str) -> None:
+        meter, self._meter = self._meter, None
+        if meter is None:
+            return
+        meter.lock_hold(time.monotonic() - self._since, ended)
+        if ended == "lost":
+            meter.lease_lost(loss_kind(self.hold.lease, self.hold.lost_cause))
+
     def _on_lost(self, cause: BaseException | None) -> None:
+        self._report("lost")
         for view in list(self.views):
             view._lost(self, cause)
 
@@ -52,13 +80,59 @@ class _Held:
         if self.done:
             return False
         self.done = True
+        current = False
         try:
-            return await self.hold.release()
+            current = await self.hold.release()
+            return current
         finally:
+            self._report("released" if current else "lost")
             if self.serial is not None:
                 self.serial.release()
             # A key whose delete etcd did not answer may remain: the pool revokes its lease.
             await self.session.leave(self.checkout, retire=not self.hold.delete_confirmed)
+
+
+def loss_kind(lease: AcquisitionLease, cause: BaseException | None) -> str:
+    """The ``lease_lost`` kind of a hold lost with ``cause``: the lease's own loss kind when the
+    lease was lost, else ``revoked`` (its key was deleted by someone else)."""
+    if lease.is_lost and lease.loss_kind:
+        return lease.loss_kind
+    return "revoked"
+
+
+class _Acquisition:
+    """One (non-reentrant) acquisition being timed: reports ``lock_wait_finished`` and ends
+    the ``lock.acquire`` span exactly once, with the outcome."""
+
+    __slots__ = ("_meter", "_span", "_started")
+
+    def __init__(self, meter: RecipeMeter, path: str, **attributes: object) -> None:
+        self._meter: RecipeMeter | None = meter
+        self._started = time.monotonic()
+        self._span: SpanHandle = meter.span("lock.acquire", path, **attributes)
+
+    def end(self, outcome: str, error: BaseException | None = None) -> None:
+        """Report ``outcome`` (``acquired``, ``timeout``, ``cancelled``, ``lost``, ``error``)."""
+        meter, self._meter = self._meter, None
+        if meter is None:
+            return
+        meter.lock_wait(time.monotonic() - self._started, outcome)
+        self._span.end(outcome, error)
+
+    def failed(self, exc: BaseException) -> None:
+        """The acquisition raised ``exc``: report the outcome it stands for."""
+        self.end(failure_outcome(exc), exc)
+
+
+def failure_outcome(exc: BaseException) -> str:
+    """The wait outcome an acquisition (or campaign) that raised ``exc`` reports."""
+    if isinstance(exc, (asyncio.CancelledError, RecipeClosedError)):
+        return "cancelled"
+    if isinstance(exc, (LostError, LeaseNotFoundError)):
+        return "lost"
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    return "error"
 
 
 def _lost_while_running(

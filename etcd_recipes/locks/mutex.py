@@ -50,6 +50,7 @@ class DistributedMutex(_Queued, Recipe):
         await mutex.aclose()
 
     :param lease_ttl: seconds; how long the lock outlives this process if it dies holding it.
+    :param metrics_name: the ``name`` label of its metrics (low-cardinality; ``""``: none).
     """
 
     one_shot = False
@@ -61,8 +62,9 @@ class DistributedMutex(_Queued, Recipe):
         *,
         lease_ttl: float = DEFAULT_TTL,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
-        Recipe.__init__(self, client, path, client_id=client_id)
+        Recipe.__init__(self, client, path, client_id=client_id, metrics_name=metrics_name)
         self.lease_ttl = check_ttl(lease_ttl, what="lease_ttl")
         """The acquisition lease's TTL in whole seconds."""
         self._conflicts = path + "/"

@@ -123,6 +123,7 @@ class DistributedReadWriteLock(Recipe):
         await rw.aclose()
 
     :param lease_ttl: seconds; how long a hold outlives this process if it dies holding it.
+    :param metrics_name: the ``name`` label of its metrics (low-cardinality; ``""``: none).
     """
 
     one_shot = False
@@ -134,8 +135,9 @@ class DistributedReadWriteLock(Recipe):
         *,
         lease_ttl: float = DEFAULT_TTL,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
-        super().__init__(client, path, client_id=client_id)
+        super().__init__(client, path, client_id=client_id, metrics_name=metrics_name)
         self.lease_ttl = check_ttl(lease_ttl, what="lease_ttl")
         """The acquisition lease's TTL in whole seconds."""
         self._session = _Session(client, self.lease_ttl, self.path, self._on_lease_event)

@@ -72,12 +72,8 @@ from ..errors import (
     SemaphorePermitMismatchError,
 )
 from ..events import LeaseEvent, LeaseExpired, LeaseResumed, LeaseSuspended
-from ..types import (
-    EventType,
-    KeyValue,
-    WatchEvent,
-)
-from ._holds import _Held, _lost_while_running, _scoped_body
+from ..types import EventType, KeyValue, WatchEvent
+from ._holds import _Acquisition, _Held, _lost_while_running, _scoped_body
 from ._session import (
     _abandon,
     _Busy,
@@ -98,7 +94,6 @@ if TYPE_CHECKING:
 __all__ = ["DistributedSemaphore"]
 
 log = logging.getLogger("etcd_recipes.semaphore")
-
 
 _S = TypeVar("_S", bound="DistributedSemaphore")
 
@@ -145,8 +140,9 @@ class DistributedSemaphore(Recipe):
         *,
         lease_ttl: float = DEFAULT_TTL,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
-        super().__init__(client, path, client_id=client_id)
+        super().__init__(client, path, client_id=client_id, metrics_name=metrics_name)
         if isinstance(permits, bool) or not isinstance(permits, int) or not 1 <= permits < 2**31:
             raise InvalidArgumentError(f"permits must be an int >= 1, not {permits!r}")
         self.permits = permits
@@ -323,6 +319,21 @@ class DistributedSemaphore(Recipe):
         self._check_open()
         timeout = check_timeout(timeout, zero=True)
         started = time.monotonic()
+        metric = _Acquisition(self._meter, self.path)
+        try:
+            held = await self._admit(timeout)
+        except BaseException as exc:
+            metric.failed(exc)
+            raise
+        if held is None:
+            metric.end("timeout")
+            return None
+        held.views.append(self)
+        metric.end("acquired")
+        self._record_latency("semaphore.acquire", started)
+        return _Permit(held.metered(self._meter))
+
+    async def _admit(self, timeout: float | None) -> _Held | None:
         held: _Held | None = None
         with _deadline_scope(timeout) as abort:
             self._aborts.add(abort)
@@ -336,13 +347,9 @@ class DistributedSemaphore(Recipe):
         if held is not None and self.is_closed:
             await held.release()
             held = None
-        if held is None:
-            if self.is_closed:
-                raise RecipeClosedError(f"{self.exception_context}: aborted by aclose()")
-            return None
-        held.views.append(self)
-        self._record_latency("semaphore.acquire", started)
-        return _Permit(held)
+        if held is None and self.is_closed:
+            raise RecipeClosedError(f"{self.exception_context}: aborted by aclose()")
+        return held
 
     async def _validate(self) -> None:
         if self._validated:

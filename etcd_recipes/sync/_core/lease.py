@@ -90,6 +90,10 @@ class AcquisitionLease(SyncTwin, twin_of=_async.AcquisitionLease):
     def lost_cause(self) -> BaseException | None:
         return self._rt.call_sync(lambda: self._a.lost_cause)
 
+    @property
+    def loss_kind(self) -> str:
+        return self._rt.call_sync(lambda: self._a.loss_kind)
+
     def add_listener(self, listener: Callable[[LeaseEvent], Any]) -> None:
         """Call ``listener`` with every :data:`~etcd_recipes.events.LeaseEvent` of this lease."""
         self._rt.call_sync(self._a.add_listener, self._rt.listener(listener))
@@ -102,9 +106,8 @@ class AcquisitionLease(SyncTwin, twin_of=_async.AcquisitionLease):
         """Every later :data:`~etcd_recipes.events.LeaseEvent` of this lease (what the
         listeners get), as a blocking iterator that ends when the lease is revoked or closed.
 
-        Bounded by ``maxsize``: a consumer that falls that far behind gets
-        :class:`~etcd_recipes.errors.EventStreamOverflowError` after the buffered events.
-        Breaking out of the loop unregisters it.
+        Bounded by ``maxsize`` (a consumer that far behind gets ``EventStreamOverflowError``
+        after the buffered events); breaking out of the loop unregisters it.
 
         Example::
 
@@ -226,9 +229,8 @@ class SelfHealingLease(SyncTwin, twin_of=_async.SelfHealingLease):
         """Every later :data:`~etcd_recipes.events.LeaseEvent` of this lease (what the
         listeners get), as a blocking iterator that ends when the lease is revoked or closed.
 
-        Bounded by ``maxsize``: a consumer that falls that far behind gets
-        :class:`~etcd_recipes.errors.EventStreamOverflowError` after the buffered events.
-        Breaking out of the loop unregisters it.
+        Bounded by ``maxsize`` (a consumer that far behind gets ``EventStreamOverflowError``
+        after the buffered events); breaking out of the loop unregisters it.
 
         Example::
 

@@ -47,6 +47,7 @@ class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
         mutex.close()
 
     :param lease_ttl: seconds; how long the lock outlives this process if it dies holding it.
+    :param metrics_name: the ``name`` label of its metrics (low-cardinality; ``""``: none).
     """
 
     _a: _async.DistributedMutex
@@ -58,10 +59,16 @@ class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
         *,
         lease_ttl: float = DEFAULT_TTL,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
         check_twin(client, "client")
         value = client._rt.call_sync(
-            _async.DistributedMutex, client._a, path, lease_ttl=lease_ttl, client_id=client_id
+            _async.DistributedMutex,
+            client._a,
+            path,
+            lease_ttl=lease_ttl,
+            client_id=client_id,
+            metrics_name=metrics_name,
         )
         self._bind(client._rt, value, client._owner())
 

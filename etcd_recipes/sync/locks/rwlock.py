@@ -267,6 +267,7 @@ class DistributedReadWriteLock(Recipe, twin_of=_async.DistributedReadWriteLock):
         rw.close()
 
     :param lease_ttl: seconds; how long a hold outlives this process if it dies holding it.
+    :param metrics_name: the ``name`` label of its metrics (low-cardinality; ``""``: none).
     """
 
     _a: _async.DistributedReadWriteLock
@@ -278,6 +279,7 @@ class DistributedReadWriteLock(Recipe, twin_of=_async.DistributedReadWriteLock):
         *,
         lease_ttl: float = DEFAULT_TTL,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
         check_twin(client, "client")
         value = client._rt.call_sync(
@@ -286,6 +288,7 @@ class DistributedReadWriteLock(Recipe, twin_of=_async.DistributedReadWriteLock):
             path,
             lease_ttl=lease_ttl,
             client_id=client_id,
+            metrics_name=metrics_name,
         )
         self._bind(client._rt, value, client._owner())
 
