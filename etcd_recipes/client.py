@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import sys
 from collections.abc import Coroutine, Sequence
@@ -44,6 +43,7 @@ from ._core.endpoints import ChannelSpec, build_channel
 from ._core.keys import key_bytes
 from ._core.lease import LeaseKeeper
 from ._core.lifecycle import close_lease_pools, misuse_error, verify, without_learners
+from ._core.logctx import library_logger
 from ._core.rpc import DEFAULT_MAX_REQUEST_BYTES, AuthManager, RpcRunner, request_too_large
 from ._core.rpc import UNSET as _UNSET
 from ._core.services import ServiceCalls
@@ -70,7 +70,7 @@ from .types import (
 
 __all__ = ["EtcdClient", "connect"]
 
-log = logging.getLogger("etcd_recipes.client")
+log = library_logger("etcd_recipes.client")
 _loop = asyncio._get_running_loop  # None outside a loop (get_running_loop raises)
 
 

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from asyncio import Task
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -52,6 +51,7 @@ from ..errors import LostError
 from ..types import EventType, TxnResult, WatchEvent
 from .lease import AcquisitionLease
 from .listeners import ListenerSet
+from .logctx import library_logger
 from .txn import AnyOp, Cmp, Compare, Op
 from .waiting import wait_for_change
 
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BodyGuard", "Hold", "cancelling"]
 
-log = logging.getLogger("etcd_recipes.hold")
+log = library_logger("etcd_recipes.hold")
 
 
 def cancelling(task: asyncio.Task[Any]) -> int:

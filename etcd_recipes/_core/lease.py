@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -47,6 +46,7 @@ from ..events import (
 from ..resilience import LeaseResilience, RetryPolicy
 from ..types import LeaseGrant
 from .listeners import ListenerSet
+from .logctx import library_logger
 from .metering import meter_for
 from .streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .validate import check_client, check_ttl
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AcquisitionLease", "LeaseKeeper", "SelfHealingLease"]
 
-log = logging.getLogger("etcd_recipes.lease")
+log = library_logger("etcd_recipes.lease")
 
 _STREAM_BACKOFF = RetryPolicy.exponential_backoff(initial_delay=0.05, max_delay=1.0, jitter=0.2)
 

@@ -15,7 +15,6 @@ drops events, counted in the meter's stats).
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Awaitable, Callable
 from types import EllipsisType
@@ -48,6 +47,7 @@ from ..errors import (
 )
 from ..metrics import EtcdMetrics
 from ..resilience import RpcResilience
+from .logctx import library_logger
 from .metering import meter_for
 from .validate import check_rpc_timeout
 
@@ -65,7 +65,7 @@ __all__ = [
     "map_grpc_error",
 ]
 
-log = logging.getLogger("etcd_recipes.rpc")
+log = library_logger("etcd_recipes.rpc")
 T = TypeVar("T")
 
 UNSET: Any = ...

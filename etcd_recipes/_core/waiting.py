@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -31,6 +30,7 @@ import anyio
 from ..errors import WatchFailedError
 from ..events import WatchFailed, WatchRecoveryEvent, WatchResubscribed, WatchResynced
 from ..types import EventType, WatchEvent
+from .logctx import library_logger
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
@@ -45,7 +45,7 @@ __all__ = [
     "wait_for_put_under",
 ]
 
-log = logging.getLogger("etcd_recipes.waiting")
+log = library_logger("etcd_recipes.waiting")
 
 CLEANUP_TIMEOUT = 5.0
 """Seconds a cleanup may take before it is abandoned (leases then expire at their TTL)."""

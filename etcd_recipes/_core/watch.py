@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -62,6 +61,7 @@ from ..events import (
 from ..resilience import WatchResilience
 from ..types import WatchEvent, WatchProgress
 from .listeners import ListenerSet
+from .logctx import library_logger
 from .mailbox import Mailbox, Signal
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ResyncHook", "Watch", "WatchItem"]
 
-log = logging.getLogger("etcd_recipes.watch")
+log = library_logger("etcd_recipes.watch")
 
 WatchItem = Union[WatchEvent, WatchRecoveryEvent]
 """What :meth:`Watch.items` yields: data events and recovery events, in order."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections import deque
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from aetcd import rpc as pb
 from ..errors import ClientClosedError, EtcdRecipeError, PermissionDeniedError
 from ..resilience import RetryPolicy
 from ..types import EventType, KeyValue, WatchEvent
+from .logctx import library_logger
 from .metering import meter_for
 from .rpc import is_auth_token_error
 from .wire import Wire
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["WatchHub"]
 
-log = logging.getLogger("etcd_recipes.watch")
+log = library_logger("etcd_recipes.watch")
 
 _HUB_BACKOFF = RetryPolicy.exponential_backoff(initial_delay=0.05, max_delay=1.0, jitter=0.2)
 

@@ -42,13 +42,13 @@ N, and the double barrier did not pass its client id and TTL to its two barriers
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
 import anyio
 
 from .._core.keys import append_to_path, random_token
 from .._core.lease import SelfHealingLease
+from .._core.logctx import library_logger
 from .._core.recipe import Recipe
 from .._core.txn import Cmp, Compare, Op
 from .._core.validate import check_count, check_timeout, check_ttl
@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_TTL", "DistributedBarrierWithCount"]
 
-log = logging.getLogger("etcd_recipes.counted_barrier")
+log = library_logger("etcd_recipes.counted_barrier")
 
 _MAX_GUARDED = 127  # etcd's default --max-txn-ops is 128, and ready's compare takes one
 

@@ -3,16 +3,16 @@ change since a revision, and whether a server went back in time. Package-private
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
+from .._core.logctx import library_logger
 from ..errors import CompactedError
 from ..types import KeyValue
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
 
-log = logging.getLogger("etcd_recipes.caches")
+log = library_logger("etcd_recipes.caches")
 
 
 async def read_range(

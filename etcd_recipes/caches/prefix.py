@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic
@@ -52,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Generic
 import anyio
 
 from .._core.keys import prefix_range_end
+from .._core.logctx import library_logger
 from .._core.metering import RecipeMeter
 from .._core.recipe import Recipe
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
@@ -76,7 +76,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PrefixCache"]
 
-log = logging.getLogger("etcd_recipes.caches")
+log = library_logger("etcd_recipes.caches")
 
 _RESYNC_BACKOFF = RetryPolicy.exponential_backoff(initial_delay=0.5, max_delay=30.0, jitter=0.3)
 _START_BACKOFF = RetryPolicy.exponential_backoff(initial_delay=0.1, max_delay=2.0, jitter=0.2)

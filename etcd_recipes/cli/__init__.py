@@ -2,10 +2,11 @@
 operator's view of the recipes.
 
 ``etcd-recipes dev`` runs a local etcd; ``status``, ``lock``, ``semaphore``, ``election``,
-``counter``, ``barrier``, ``queue``, ``dlq``, ``cache``, ``discovery`` and ``watch`` read (and, with ``--yes``, change) what the recipes keep in
-etcd, through the recipes' own API. Every command takes ``-o table|json`` (JSON documents carry
-``"schema": "etcd-recipes/cli/v1"``) and the client options, also from etcdctl's environment
-variables. Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 refused (no ``--yes``, or a lock
+``counter``, ``barrier``, ``queue``, ``dlq``, ``cache``, ``discovery`` and ``watch`` read (and,
+with ``--yes``, change) what the recipes keep in etcd, through the recipes' own API. Every
+command takes ``-o table|json`` (JSON documents carry ``"schema": "etcd-recipes/cli/v1"``) and
+the client options, also from etcdctl's environment variables.
+Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 refused (no ``--yes``, or a lock
 not acquired in time).
 """
 

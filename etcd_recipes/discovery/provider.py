@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import math
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic
 
+from .._core.logctx import library_logger
 from .._core.recipe import Recipe
 from .._core.streams import Broadcast, EventStream
 from .._core.validate import check_count, check_duration
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ServiceProvider"]
 
-log = logging.getLogger("etcd_recipes.discovery")
+log = library_logger("etcd_recipes.discovery")
 
 _MAX_NAP = 1.0  # seconds the follower sleeps at most between checks of its timers
 _BURST_WINDOW = 3.0  # seconds: departures this close together count as one burst

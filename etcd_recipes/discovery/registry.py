@@ -28,11 +28,11 @@ then a put); a record deleted out of band while its lease lives is re-created on
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic
 
 from .._core.lease import SelfHealingLease
+from .._core.logctx import library_logger
 from .._core.recipe import Recipe
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.txn import Cmp, Op
@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_TTL", "ServiceRegistry"]
 
-log = logging.getLogger("etcd_recipes.discovery")
+log = library_logger("etcd_recipes.discovery")
 
 DEFAULT_TTL = 2
 

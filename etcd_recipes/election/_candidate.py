@@ -11,7 +11,6 @@ deletes the key and revokes the lease); the term lease is never healed.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ from .._core.hold import Hold
 from .._core.keys import append_to_path, random_token
 from .._core.lease import AcquisitionLease, SelfHealingLease
 from .._core.listeners import ListenerSet
+from .._core.logctx import library_logger
 from .._core.recipe import Recipe
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.txn import AnyOp, Cmp, Compare, Op
@@ -43,7 +43,7 @@ from .terms import LeadershipTerm, Participant, get_participants
 if TYPE_CHECKING:
     from ..client import EtcdClient
 
-log = logging.getLogger("etcd_recipes.election")
+log = library_logger("etcd_recipes.election")
 
 CAMPAIGN_BACKOFF = RetryPolicy.exponential_backoff(initial_delay=0.1, max_delay=2.0)
 TRANSIENT = (EtcdConnectionError, EtcdTimeoutError, RetriesExhaustedError)
@@ -81,6 +81,12 @@ class _Candidate(Recipe):
         """The current term, or the most recent one (check ``term.is_current``); ``None``
         before the first win."""
         return self._term
+
+    @property
+    def lease_id(self) -> int | None:
+        """The lease of the current term, or ``None`` when not leading."""
+        term = self._term
+        return term.lease_id if term is not None and term.is_current else None
 
     @property
     def fencing_token(self) -> int | None:
@@ -269,7 +275,12 @@ class _Candidate(Recipe):
         term._hold.add_listener(lambda cause: self._step_down(term))
         if self._state is ConnectionState.LOST:
             self._set_state(ConnectionState.RECONNECTED)
-        log.info("%s: elected (fencing token %d)", self.exception_context, term.fencing_token)
+        log.info(
+            "%s: %s elected (fencing token %d)",
+            self.exception_context,
+            self.client_id,
+            term.fencing_token,
+        )
         self._announce(True)
         self._wake()
 
@@ -289,7 +300,9 @@ class _Candidate(Recipe):
             self._record_exception(err, "leadership")
             self._on_recovery_event(LeaseExpired(term.lease_id, cause))
         else:
-            log.info("%s: term %d ended", self.exception_context, term.fencing_token)
+            log.info(
+                "%s: %s's term %d ended", self.exception_context, self.client_id, term.fencing_token
+            )
         self._announce(False)
         self._wake()
 

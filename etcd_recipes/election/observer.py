@@ -12,11 +12,11 @@ does not run for the election.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from .._core.listeners import ListenerSet
+from .._core.logctx import library_logger
 from .._core.recipe import Recipe
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.validate import check_count
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LeaderObserver", "leadership_events"]
 
-log = logging.getLogger("etcd_recipes.election")
+log = library_logger("etcd_recipes.election")
 
 
 class LeaderObserver(Recipe):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
@@ -21,6 +20,7 @@ from .._core.caller import Caller, caller_or_none
 from .._core.hold import Hold
 from .._core.lease_pool import LeaseCheckout
 from .._core.listeners import ListenerSet
+from .._core.logctx import library_logger
 from .._core.recipe import Recipe
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.txn import AnyOp, Cmp, Compare, Op
@@ -58,7 +58,7 @@ from .hold import LockHold, LockLostListener
 if TYPE_CHECKING:
     pass
 
-log = logging.getLogger("etcd_recipes.lock")
+log = library_logger("etcd_recipes.lock")
 
 
 class _LockBase(ABC):

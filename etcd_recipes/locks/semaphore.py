@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
@@ -56,6 +55,7 @@ from .._core.hold import Hold
 from .._core.keys import append_to_path, random_token
 from .._core.lease_pool import LeaseCheckout, PooledLease
 from .._core.listeners import ListenerSet
+from .._core.logctx import library_logger
 from .._core.recipe import Recipe
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.txn import Cmp, Op
@@ -93,7 +93,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DistributedSemaphore"]
 
-log = logging.getLogger("etcd_recipes.semaphore")
+log = library_logger("etcd_recipes.semaphore")
 
 _S = TypeVar("_S", bound="DistributedSemaphore")
 

@@ -18,12 +18,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._core.lease import SelfHealingLease
+from .._core.logctx import library_logger
 from .._core.waiting import abort_guard
 from ..events import LeaseEvent
 from ._take import retrieve
@@ -31,7 +31,7 @@ from ._take import retrieve
 if TYPE_CHECKING:
     from ..client import EtcdClient
 
-log = logging.getLogger("etcd_recipes.work_queue")
+log = library_logger("etcd_recipes.work_queue")
 
 LEASE_POLL = 0.05  # while the consumer lease heals, claims wait this long between checks
 RECEIVE_CALL: contextvars.ContextVar[object] = contextvars.ContextVar("receive_call")

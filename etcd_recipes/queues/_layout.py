@@ -24,18 +24,18 @@ key                                       value                          lease
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any
 
 from .._core.keys import append_to_path, pad, random_token
+from .._core.logctx import library_logger
 from .._core.txn import AnyOp, Op
 from ..codecs import INT32
 from ..errors import CodecError, InvalidArgumentError
 from ..types import KeyValue
 from ._take import key_millis, now_millis
 
-log = logging.getLogger("etcd_recipes.work_queue")
+log = library_logger("etcd_recipes.work_queue")
 
 WINDOW = 4  # items (with their payloads) a receive reads and may try in one claim
 

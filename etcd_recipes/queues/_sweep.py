@@ -16,13 +16,13 @@ Not guaranteed: promptness (a sweep may fail and is retried at the next pass).
 from __future__ import annotations
 
 import asyncio
-import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from .._core.keys import pad, random_token
+from .._core.logctx import library_logger
 from .._core.txn import AnyOp, Cmp, Op
 from ..errors import EtcdRecipeError
 from ..types import RangeResult
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from ..client import EtcdClient
     from .config import WorkQueueConfig
 
-log = logging.getLogger("etcd_recipes.work_queue")
+log = library_logger("etcd_recipes.work_queue")
 
 
 async def reclaim_orphans(

@@ -59,12 +59,12 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import logging
 import random
 import time
 from typing import TYPE_CHECKING, Any, Generic, overload
 
 from .._core.keys import append_to_path, pad
+from .._core.logctx import library_logger
 from .._core.txn import Cmp, GetOp, Op
 from .._core.validate import check_duration, check_int_range
 from ..codecs import Codec, ValueT
@@ -83,7 +83,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_PRIORITY", "DistributedPriorityQueue", "InvalidPriorityError"]
 
-log = logging.getLogger("etcd_recipes.queue")
+log = library_logger("etcd_recipes.queue")
 
 MAX_PRIORITY = 65535
 """The largest priority (priorities are stored as five digits; lower numbers are served first)."""

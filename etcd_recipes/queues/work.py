@@ -84,11 +84,11 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, cast, overload
 
+from .._core.logctx import library_logger
 from .._core.recipe import Recipe
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.validate import check_delay, check_timeout
@@ -126,7 +126,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DistributedWorkQueue"]
 
-log = logging.getLogger("etcd_recipes.work_queue")
+log = library_logger("etcd_recipes.work_queue")
 
 _METRIC = "work_queue.receive"
 _PREFETCH_TTL = 0.5  # seconds a snapshot read by a claim may start the next receive

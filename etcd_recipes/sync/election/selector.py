@@ -171,6 +171,11 @@ class LeaderSelector(Recipe, twin_of=_async.LeaderSelector):
         return self._rt.call_sync(lambda: self._a.term)
 
     @property
+    def lease_id(self) -> int | None:
+        """The lease of the current term, or ``None`` when not leading."""
+        return self._rt.call_sync(lambda: self._a.lease_id)
+
+    @property
     def fencing_token(self) -> int | None:
         """The current term's fencing token, or ``None`` when not leading."""
         return self._rt.call_sync(lambda: self._a.fencing_token)
