@@ -88,10 +88,8 @@ class Metered:
     """One metered queue call: ``with Metered(meter, "ack", path) as op:``; set
     :attr:`outcome` (or use :meth:`taken` / :meth:`settled`) before leaving the block.
 
-    Example::
-
-        with Metered(queue._meter, "dequeue", queue.path) as op:
-            value = op.taken(await take(), waited=True)   # None -> "timeout"
+    For instance ``with Metered(queue._meter, "dequeue", queue.path) as op:`` then
+    ``value = op.taken(await take(), waited=True)`` (``None`` reports ``"timeout"``).
     """
 
     __slots__ = ("_meter", "_operation", "_span", "_started", "outcome")

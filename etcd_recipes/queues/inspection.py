@@ -30,7 +30,7 @@ Example::
         await queue.enqueue(b"job-1")
         stats = await queue_stats(client, f"{prefix}/jobs")
         assert (stats.kind, stats.ready, stats.in_flight) == ("work", 1, 0)
-        [head] = await peek_queue(client, f"{prefix}/jobs", 10)
+        [head] = await peek_queue(client, f"{prefix}/jobs", 10, payload=True)
         assert head.state == "ready" and head.payload == b"job-1"
 """
 

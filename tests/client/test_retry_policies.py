@@ -20,6 +20,7 @@ from etcd_recipes import (
     RpcResilience,
     WatchResilience,
 )
+from etcd_recipes._core.metering import meter_for
 from etcd_recipes._core.rpc import RpcRunner, is_retriable
 from etcd_recipes.errors import EtcdServerError, TooManyOperationsError
 from etcd_recipes.resilience import Bounded, ExponentialBackoff, Never
@@ -172,11 +173,19 @@ def _rpc_error(code: grpc.StatusCode, details: str = "x") -> grpc.aio.AioRpcErro
 
 
 class RecordingMetrics(EtcdMetrics):
+    """Records ``record_rpc`` calls; reading ``rpcs`` first waits for the sink's thread to
+    deliver what the runner reported (events reach a sink off the event loop)."""
+
     def __init__(self) -> None:
-        self.rpcs: list[tuple[str, float, int, bool]] = []
+        self._rpcs: list[tuple[str, float, int, bool]] = []
+
+    @property
+    def rpcs(self) -> list[tuple[str, float, int, bool]]:
+        assert meter_for(self).flush(5.0)
+        return self._rpcs
 
     def record_rpc(self, op: str, duration: float, attempts: int, failed: bool) -> None:
-        self.rpcs.append((op, duration, attempts, failed))
+        self._rpcs.append((op, duration, attempts, failed))
 
 
 class FakeRpc:

@@ -197,6 +197,25 @@ def _status(c: EtcdClient, p: str, r: pytest.FixtureRequest) -> str:
     return "status"
 
 
+@case("alarms")
+def _alarms(c: EtcdClient, p: str, r: pytest.FixtureRequest) -> str:
+    assert c.alarms() == []  # a healthy server has none
+    return ""
+
+
+@case("compact_revision")
+def _compact_revision(c: EtcdClient, p: str, r: pytest.FixtureRequest) -> str:
+    # Compaction is global: do it on a private server.
+    server = r.getfixturevalue("fresh_etcd_server")
+    with connect(**server.client_kwargs()) as other:
+        assert other.compact_revision() == 0
+        old = other.put("/x", "1").revision
+        other.put("/x", "2")
+        other.compact(old + 1)
+        assert other.compact_revision() == old + 1
+    return ""
+
+
 @case("member_list")
 def _member_list(c: EtcdClient, p: str, r: pytest.FixtureRequest) -> str:
     members = c.member_list()
