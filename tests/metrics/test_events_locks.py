@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 
 import pytest
@@ -19,6 +20,7 @@ from etcd_recipes import (
     ResilienceConfig,
     connect,
 )
+from etcd_recipes import sync as blocking
 
 from ..helpers import eventually
 from .recording import RecordingMetrics
@@ -158,6 +160,49 @@ async def test_lost_hold_under_a_with_block(client, sink, etcd_prefix):
     assert sink.of("lease_lost") == [("DistributedMutex", "", "revoked")]
 
 
+async def test_reentrant_acquisitions_are_not_reported(client, sink, etcd_prefix):
+    async with DistributedMutex(client, etcd_prefix + "m") as mutex:  # the first hold
+        for _ in range(3):
+            assert await mutex.acquire()
+        assert mutex.hold_count == 4
+        for _ in range(3):
+            await mutex.release()
+    sink.flush()
+    assert [a[3] for a in sink.of("lock_wait_finished")] == ["acquired"]
+    assert [a[3] for a in sink.of("lock_hold_finished")] == ["released"]
+    assert len(sink.of("start_span")) == 1
+
+
+async def test_semaphore_permits(client, sink, etcd_prefix):
+    path = etcd_prefix + "s"
+    semaphore = DistributedSemaphore(client, path, 1, metrics_name="pool")
+    await semaphore.start()  # not `async with`: that would take the permit itself
+    try:
+        async with semaphore.with_permit():
+            assert not await semaphore.acquire(timeout=0.2)
+        assert await semaphore.acquire()
+        assert await semaphore.release()
+    finally:
+        await semaphore.aclose()
+    recipe = "DistributedSemaphore"
+    assert lock_events(sink) == [
+        ("lock_wait_finished", (recipe, "pool", "acquired")),
+        ("lock_wait_finished", (recipe, "pool", "timeout")),
+        ("lock_hold_finished", (recipe, "pool", "released")),
+        ("lock_wait_finished", (recipe, "pool", "acquired")),
+        ("lock_hold_finished", (recipe, "pool", "released")),
+    ]
+    started = (recipe, "pool", "lock.acquire", path)
+    assert spans(sink) == [
+        started,
+        ("lock.acquire", "acquired"),
+        started,
+        ("lock.acquire", "timeout"),
+        started,
+        ("lock.acquire", "acquired"),
+    ]
+
+
 async def test_semaphore_lost_permit(client, sink, etcd_prefix):
     semaphore = DistributedSemaphore(client, etcd_prefix + "s", 2)
     await semaphore.start()
@@ -196,3 +241,45 @@ async def test_bad_metrics_name(client, etcd_prefix):
     ):
         with pytest.raises(InvalidArgumentError):
             make()
+
+
+def test_sync_facade_from_a_thread_reports_the_same(etcd_server, etcd_prefix):
+    sink = RecordingMetrics()
+    path = etcd_prefix + "m"
+    before = set(threading.enumerate())  # threads, not names: an earlier sink's has this name
+    config = ResilienceConfig(metrics=sink)
+    with blocking.connect(**etcd_server.client_kwargs(), resilience=config) as client:
+        mutex = blocking.DistributedMutex(client, path, metrics_name="sync")
+
+        def worker() -> None:
+            for _ in range(3):
+                with mutex:
+                    pass
+            assert not mutex.acquire(timeout=0) or mutex.release()
+
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join(30)
+        assert not thread.is_alive()
+        mutex.close()
+    events = lock_events(sink)
+    assert (
+        events
+        == [
+            ("lock_wait_finished", ("DistributedMutex", "sync", "acquired")),
+            ("lock_hold_finished", ("DistributedMutex", "sync", "released")),
+        ]
+        * 4
+    )
+    assert (
+        spans(sink)
+        == [
+            ("DistributedMutex", "sync", "lock.acquire", path),
+            ("lock.acquire", "acquired"),
+        ]
+        * 4
+    )
+    metric_threads = {t.name for t in set(threading.enumerate()) - before}
+    assert {n for n in metric_threads if n.startswith("etcd-recipes-metrics")} == {
+        "etcd-recipes-metrics[RecordingMetrics]"
+    }  # one thread for the sink, not one per metric or per call
