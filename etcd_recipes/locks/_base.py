@@ -40,7 +40,13 @@ from ..types import (
     SortTarget,
     TxnResult,
 )
-from ._holds import _Acquisition, _Held, _lost_while_running, _scoped_body, _TaskHold
+from ._holds import (
+    _Held,
+    _lost_while_running,
+    _scoped_body,
+    _TaskHold,
+    metered_acquisition,
+)
 from ._session import (
     _abandon,
     _Busy,
@@ -149,17 +155,11 @@ class _LockBase(ABC):
             self._adopt(task, shared)
             return True
         started = time.monotonic()
-        metric = _Acquisition(self._recipe._meter, self._recipe.path)
-        try:
-            held = await self._acquire_new(timeout)
-        except BaseException as exc:
-            metric.failed(exc)
-            raise
+        recipe = self._recipe
+        held = await metered_acquisition(recipe._meter, recipe.path, self._acquire_new(timeout))
         if held is None:
-            metric.end("timeout")
             return False
-        self._adopt(task, held.metered(self._recipe._meter))
-        metric.end("acquired")
+        self._adopt(task, held)
         self._recipe._record_latency("lock.acquire", started)
         return True
 

@@ -124,6 +124,24 @@ class _Acquisition:
         self.end(failure_outcome(exc), exc)
 
 
+async def metered_acquisition(
+    meter: RecipeMeter, path: str, acquisition: Awaitable[_Held | None]
+) -> _Held | None:
+    """Await ``acquisition`` (a new, non-reentrant one) reporting its wait and span once:
+    the metered hold it got, or ``None`` when it timed out."""
+    metric = _Acquisition(meter, path)
+    try:
+        held = await acquisition
+    except BaseException as exc:
+        metric.failed(exc)
+        raise
+    if held is None:
+        metric.end("timeout")
+        return None
+    metric.end("acquired")
+    return held.metered(meter)
+
+
 def failure_outcome(exc: BaseException) -> str:
     """The wait outcome an acquisition (or campaign) that raised ``exc`` reports."""
     if isinstance(exc, (asyncio.CancelledError, RecipeClosedError)):

@@ -73,7 +73,7 @@ from ..errors import (
 )
 from ..events import LeaseEvent, LeaseExpired, LeaseResumed, LeaseSuspended
 from ..types import EventType, KeyValue, WatchEvent
-from ._holds import _Acquisition, _Held, _lost_while_running, _scoped_body
+from ._holds import _Held, _lost_while_running, _scoped_body, metered_acquisition
 from ._session import (
     _abandon,
     _Busy,
@@ -319,19 +319,12 @@ class DistributedSemaphore(Recipe):
         self._check_open()
         timeout = check_timeout(timeout, zero=True)
         started = time.monotonic()
-        metric = _Acquisition(self._meter, self.path)
-        try:
-            held = await self._admit(timeout)
-        except BaseException as exc:
-            metric.failed(exc)
-            raise
+        held = await metered_acquisition(self._meter, self.path, self._admit(timeout))
         if held is None:
-            metric.end("timeout")
             return None
         held.views.append(self)
-        metric.end("acquired")
         self._record_latency("semaphore.acquire", started)
-        return _Permit(held.metered(self._meter))
+        return _Permit(held)
 
     async def _admit(self, timeout: float | None) -> _Held | None:
         held: _Held | None = None
