@@ -56,14 +56,22 @@ class DistributedAtomicLong(Recipe):
         await counter.aclose()
 
     ``start()`` is optional: every operation creates the key when it is missing.
+    ``metrics_name`` is the ``name`` label of its metrics (low-cardinality; ``""``: none); a
+    counter reports only its RPCs (``rpc_finished``), which carry no recipe label.
     """
 
     one_shot = False
 
     def __init__(
-        self, client: EtcdClient, path: str, *, default: int = 0, client_id: str | None = None
+        self,
+        client: EtcdClient,
+        path: str,
+        *,
+        default: int = 0,
+        client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
-        super().__init__(client, path, client_id=client_id)
+        super().__init__(client, path, client_id=client_id, metrics_name=metrics_name)
         self.default = check_int64(default, what="default")
 
     async def _do_start(self) -> None:

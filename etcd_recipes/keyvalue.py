@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ._core.lease import SelfHealingLease
+from ._core.outcomes import lease_lost_kind
 from ._core.recipe import Recipe
 from ._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from ._core.validate import check_ttl
@@ -62,6 +63,9 @@ class TransientKeyValue(Recipe, Generic[T]):
         assert (await client.get(presence.key)).value == b'{"port":8080}'
         await presence.aclose()   # the key is gone at once
         assert await client.get(presence.key) is None
+
+    ``metrics_name`` is the ``name`` label of its metrics (low-cardinality; ``""``: none): each
+    loss of the key's lease is one ``lease_lost``.
     """
 
     _path_arg = "key"
@@ -75,8 +79,9 @@ class TransientKeyValue(Recipe, Generic[T]):
         codec: Codec[T] | None = None,
         lease_ttl: float = DEFAULT_TTL,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
-        super().__init__(client, key, client_id=client_id)
+        super().__init__(client, key, client_id=client_id, metrics_name=metrics_name)
         self.value = value
         """The value as given."""
         self._data = codec.encode(value) if codec is not None else to_bytes(value)  # type: ignore[arg-type]
@@ -131,6 +136,9 @@ class TransientKeyValue(Recipe, Generic[T]):
 
     def _on_lease_event(self, event: LeaseEvent) -> None:
         self._on_recovery_event(event)
+        kind = lease_lost_kind(event)
+        if kind is not None:
+            self._meter.lease_lost(kind)
         if not isinstance(event, (LeaseRestored, LeaseResumed)):
             self._record_exception(LeaseEventError(event), "lease")
         self._lease_events.publish(event)

@@ -133,7 +133,8 @@ class EtcdMetrics:
         lost while leading)."""
 
     def barrier_wait_finished(self, recipe: str, name: str, duration: float, outcome: str) -> None:
-        """A barrier wait ended; ``outcome``: ``passed``, ``timeout`` or ``cancelled``."""
+        """A barrier wait ended; ``outcome``: ``passed``, ``timeout``, ``cancelled`` (also:
+        its recipe was closed meanwhile) or ``error``."""
 
     def queue_operation(
         self, recipe: str, name: str, operation: str, duration: float, outcome: str

@@ -13,7 +13,12 @@ What the family guarantees (each module states its own in full):
   before the call returns (or re-raises);
 * a gate's key and every counted member's waiting key live on **self-healing** leases of
   ``lease_ttl`` seconds and are created with a compare-and-swap, in the Kotlin library's layout
-  (a counted round's ``ready`` key has no lease).
+  (a counted round's ``ready`` key has no lease);
+* metrics (labelled with the class and the ``metrics_name`` given, never the path): each wait
+  is one ``barrier_wait_finished`` and one ``barrier.wait`` span, ending ``passed``,
+  ``timeout``, ``cancelled`` (also: closed while waiting) or ``error`` (a double barrier's
+  spans carry ``barrier.phase``, ``enter`` or ``leave``); each loss of a key's lease is one
+  ``lease_lost``.
 
 What it does not: barriers coordinate, they do not protect. A setter or member paused or
 partitioned for longer than ``lease_ttl`` loses its key until the lease heals -- a gate is

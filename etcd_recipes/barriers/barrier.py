@@ -38,7 +38,7 @@ from .._core.validate import check_timeout, check_ttl
 from .._core.waiting import wait_for_change
 from ..events import LeaseEvent
 from ..types import EventType, WatchEvent
-from ._common import report_lease_event
+from ._common import metered_wait, report_lease_event
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
@@ -67,6 +67,7 @@ class DistributedBarrier(Recipe):
     :param wait_on_missing_barriers: if True (the default), a waiter on a barrier that is not
         set blocks until it is set **and then removed**; if False it returns at once.
     :param lease_ttl: seconds; the setter's key disappears this long after its process dies.
+    :param metrics_name: the ``name`` label of its metrics (low-cardinality; ``""``: none).
     """
 
     one_shot = False
@@ -79,8 +80,9 @@ class DistributedBarrier(Recipe):
         wait_on_missing_barriers: bool = True,
         lease_ttl: float = DEFAULT_TTL,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
-        super().__init__(client, path, client_id=client_id)
+        super().__init__(client, path, client_id=client_id, metrics_name=metrics_name)
         self.wait_on_missing_barriers = wait_on_missing_barriers
         self.lease_ttl = check_ttl(lease_ttl, what="lease_ttl")
         self._lease: SelfHealingLease | None = None
@@ -139,7 +141,9 @@ class DistributedBarrier(Recipe):
         propagates unchanged.
         """
         self._check_open()
-        timeout = check_timeout(timeout)
+        return await metered_wait(self, self._wait(check_timeout(timeout)))
+
+    async def _wait(self, timeout: float | None) -> bool:
         snapshot = await self._client.range(self.path, count_only=True)
         present_at_start = snapshot.count > 0
         if not present_at_start and not self.wait_on_missing_barriers:

@@ -55,7 +55,7 @@ from .._core.validate import check_count, check_timeout, check_ttl
 from .._core.waiting import abort_guard, run_shielded, wait_for_change
 from ..events import LeaseEvent
 from ..types import EventType, KeyValue, RangeResult, WatchEvent
-from ._common import report_lease_event
+from ._common import metered_wait, report_lease_event
 from .barrier import DEFAULT_TTL
 
 if TYPE_CHECKING:
@@ -104,6 +104,7 @@ class DistributedBarrierWithCount(Recipe):
 
     :param member_count: how many members must arrive (> 0).
     :param lease_ttl: seconds; a crashed member stops counting this long after it died.
+    :param metrics_name: the ``name`` label of its metrics (low-cardinality; ``""``: none).
     """
 
     one_shot = False
@@ -116,8 +117,9 @@ class DistributedBarrierWithCount(Recipe):
         *,
         lease_ttl: float = DEFAULT_TTL,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
-        super().__init__(client, path, client_id=client_id)
+        super().__init__(client, path, client_id=client_id, metrics_name=metrics_name)
         self.member_count = check_count(member_count, what="member_count")
         """How many members must arrive before the barrier releases them."""
         self.lease_ttl = check_ttl(lease_ttl, what="lease_ttl")
@@ -148,7 +150,10 @@ class DistributedBarrierWithCount(Recipe):
             assert await barrier.waiter_count() == 0  # ... and no longer counts
         """
         self._check_open()
-        timeout = check_timeout(timeout)
+        return await metered_wait(self, self._wait(check_timeout(timeout)))
+
+    async def _wait(self, timeout: float | None) -> bool:
+        """:meth:`wait_on_barrier` without its metrics (the double barrier meters its own)."""
         arrival = _Arrival(self)
         released = False
         with anyio.CancelScope() as close_scope:

@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING
 
 from .._core.keys import append_to_path
 from .._core.recipe import Recipe
+from .._core.validate import check_timeout
 from ..events import ConnectionState
+from ._common import metered_wait
 from .barrier import DEFAULT_TTL
 from .counted import DistributedBarrierWithCount
 
@@ -58,14 +60,16 @@ class DistributedDoubleBarrier(Recipe):
         *,
         lease_ttl: float = DEFAULT_TTL,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
-        super().__init__(client, path, client_id=client_id)
+        super().__init__(client, path, client_id=client_id, metrics_name=metrics_name)
         self._enter = DistributedBarrierWithCount(
             client,
             append_to_path(path, "enter"),
             member_count,
             lease_ttl=lease_ttl,
             client_id=self.client_id,
+            metrics_name=self.metrics_name,
         )
         self._leave = DistributedBarrierWithCount(
             client,
@@ -73,6 +77,7 @@ class DistributedDoubleBarrier(Recipe):
             member_count,
             lease_ttl=lease_ttl,
             client_id=self.client_id,
+            metrics_name=self.metrics_name,
         )
         self.member_count = member_count
         """How many members each phase waits for."""
@@ -94,7 +99,9 @@ class DistributedDoubleBarrier(Recipe):
                     print("the other member did not show up")  # here, it never started
         """
         self._check_open()
-        return await self._enter.wait_on_barrier(timeout)
+        self._enter._check_open()
+        wait = self._enter._wait(check_timeout(timeout))
+        return await metered_wait(self, wait, **{"barrier.phase": "enter"})
 
     async def leave(self, timeout: float | None = None) -> bool:
         """Wait until ``member_count`` members have left; False on timeout or close.
@@ -108,7 +115,9 @@ class DistributedDoubleBarrier(Recipe):
                 assert await barrier.leave(timeout=5)
         """
         self._check_open()
-        return await self._leave.wait_on_barrier(timeout)
+        self._leave._check_open()
+        wait = self._leave._wait(check_timeout(timeout))
+        return await metered_wait(self, wait, **{"barrier.phase": "leave"})
 
     async def enter_waiter_count(self) -> int:
         """How many members wait in :meth:`enter` now (advisory)."""

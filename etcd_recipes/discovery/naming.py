@@ -248,10 +248,12 @@ def naming_registration(
     metadata: Any = None,
     key: str | None = None,
     ttl: float = 2,
+    metrics_name: str = "",
 ) -> TransientKeyValue[bytes]:
     """An (unstarted) registration of ``addr`` as an endpoint of Go naming ``target``:
     the record ``<target>/<key or addr>`` on a self-healing lease of ``ttl`` seconds, as
     Go's ``endpoints.Manager.AddEndpoint`` with a lease writes it. Use ``async with``.
+    ``metrics_name`` is the ``name`` label of its metrics (``lease_lost``; ``""``: none).
 
     Example::
 
@@ -267,7 +269,13 @@ def naming_registration(
     suffix = addr if key is None else key
     if not isinstance(suffix, str) or not suffix:
         raise InvalidArgumentError(f"key must be a non-empty str, got {key!r}")
-    return _NamingRecord(client, f"{_target(target)}/{suffix}", record, lease_ttl=check_ttl(ttl))
+    return _NamingRecord(
+        client,
+        f"{_target(target)}/{suffix}",
+        record,
+        lease_ttl=check_ttl(ttl),
+        metrics_name=metrics_name,
+    )
 
 
 class _NamingRecord(TransientKeyValue[bytes]):

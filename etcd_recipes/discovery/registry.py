@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Generic
 
 from .._core.lease import SelfHealingLease
 from .._core.logctx import library_logger
+from .._core.outcomes import lease_lost_kind
 from .._core.recipe import Recipe
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.txn import Cmp, Op
@@ -44,10 +45,9 @@ from ..errors import (
     EtcdRecipeError,
     InvalidArgumentError,
     LeaseEventError,
-    LeaseNotFoundError,
     ServiceInstanceNotFoundError,
 )
-from ..events import LeaseEvent, LeaseExpired, LeaseFailed, LeaseRestored
+from ..events import LeaseEvent, LeaseFailed, LeaseRestored
 from ..types import KeyValue, RangeResult, TxnResult
 from ._keys import instance_key, names_path
 from .instance import PayloadT, ServiceInstance
@@ -66,16 +66,6 @@ def _read(result: TxnResult) -> list[KeyValue]:
     """The keys the failure branch's ``Op.get`` read."""
     first = result.responses[0] if result.responses else None
     return first.kvs if isinstance(first, RangeResult) else []
-
-
-def _lost_kind(event: LeaseExpired) -> str:
-    """The ``lease_lost`` kind of a registration's lease loss: ``keep_alive_failed`` when no
-    renewal reached etcd within the TTL, else ``expired`` (etcd said the lease is gone, expired
-    or revoked: its answer does not tell them apart)."""
-    cause = event.cause
-    if isinstance(cause, LeaseNotFoundError) and "no renewal" in str(cause):
-        return "keep_alive_failed"
-    return "expired"
 
 
 class _Registration(Generic[PayloadT]):
@@ -190,8 +180,9 @@ class ServiceRegistry(Recipe, Generic[PayloadT]):
 
     def _on_lease_event(self, reg: _Registration[PayloadT], event: LeaseEvent) -> None:
         self._on_recovery_event(event)
-        if isinstance(event, LeaseExpired):  # a later LeaseFailed is the heal giving up on it
-            self._meter.lease_lost(_lost_kind(event))
+        kind = lease_lost_kind(event)  # a later LeaseFailed is the heal giving up on it
+        if kind is not None:
+            self._meter.lease_lost(kind)
         if not isinstance(event, LeaseRestored):
             self._record_exception(LeaseEventError(event), f"lease {reg.key}")
         if isinstance(event, LeaseFailed) and self._regs.get(reg.key) is reg:

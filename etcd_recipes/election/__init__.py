@@ -44,6 +44,12 @@ Guarantees:
   :class:`LeadershipGap` ("terms may have been missed") and then the current state; it never
   reports a stale leader after a recovery.
 
+Metrics (through the client's sink, labelled with the class and the ``metrics_name`` given, never
+the path): each won term is one ``leadership_changed`` ``acquired``, and its end one
+``relinquished`` (returned, resigned, closed) or ``lost`` (plus a ``lease_lost`` with the kind);
+each campaign is one ``election.campaign`` span ending ``elected``, ``cancelled`` or ``error``.
+An event dropped by a full sink queue is not retried.
+
 Not guaranteed: leadership is a lease. A leader that is paused or partitioned longer than its
 TTL keeps *believing* it leads until it notices (up to a keep-alive interval after it runs
 again); use the fencing compare for writes that must not happen after a term ended. A

@@ -20,6 +20,7 @@ from .._core.keys import append_to_path, random_token
 from .._core.lease import AcquisitionLease, SelfHealingLease
 from .._core.listeners import ListenerSet
 from .._core.logctx import library_logger
+from .._core.outcomes import failure_outcome, hold_loss_kind
 from .._core.recipe import Recipe
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.txn import AnyOp, Cmp, Compare, Op
@@ -53,9 +54,15 @@ class _Candidate(Recipe):
     """What selectors and latches share: participation, campaigning, terms and step-down."""
 
     def __init__(
-        self, client: EtcdClient, path: str, *, lease_ttl: float, client_id: str | None
+        self,
+        client: EtcdClient,
+        path: str,
+        *,
+        lease_ttl: float,
+        client_id: str | None,
+        metrics_name: str = "",
     ) -> None:
-        super().__init__(client, path, client_id=client_id)
+        super().__init__(client, path, client_id=client_id, metrics_name=metrics_name)
         self.lease_ttl = check_ttl(lease_ttl, what="lease_ttl")
         """Seconds: the TTL of each term's lease and of the participation key's lease."""
         self._leader = leader_key(path)
@@ -221,6 +228,17 @@ class _Candidate(Recipe):
         while waiting, so a hand-over costs the successor one transaction, and nothing runs
         between the read that saw the LEADER key and the watch anchored on it."""
         started = time.monotonic()
+        span = self._meter.span("election.campaign", self.path)  # ends elected/cancelled/error
+        try:
+            term = await self._campaign_until_won(started)
+        except BaseException as exc:
+            span.end(failure_outcome(exc), exc)
+            raise
+        span.end("elected")
+        return term
+
+    async def _campaign_until_won(self, started: float) -> LeadershipTerm:
+        """:meth:`_campaign`'s loop (``started``: when the campaign began)."""
         failures = 0
         lease: AcquisitionLease | None = None
 
@@ -275,6 +293,7 @@ class _Candidate(Recipe):
         term._hold.add_listener(lambda cause: self._step_down(term))
         if self._state is ConnectionState.LOST:
             self._set_state(ConnectionState.RECONNECTED)
+        self._meter.leadership("acquired")
         log.info(
             "%s: %s elected (fencing token %d)",
             self.exception_context,
@@ -299,7 +318,10 @@ class _Candidate(Recipe):
             err.__cause__ = cause
             self._record_exception(err, "leadership")
             self._on_recovery_event(LeaseExpired(term.lease_id, cause))
+            self._meter.leadership("lost")
+            self._meter.lease_lost(hold_loss_kind(term._hold.lease))
         else:
+            self._meter.leadership("relinquished")
             log.info(
                 "%s: %s's term %d ended", self.exception_context, self.client_id, term.fencing_token
             )

@@ -41,6 +41,8 @@ class LeaderLatch(_Candidate):
     the background. ``start()`` and ``aclose()`` are one-shot. ``async with`` starts the
     candidacy, unlike :class:`LeaderSelector`'s: a latch's whole life is one candidacy, while
     a selector's candidacies are calls (``run()``, ``start()``) made inside its block.
+    ``metrics_name`` is the ``name`` label of its metrics (``leadership_changed``, the
+    ``election.campaign`` span; low-cardinality, ``""``: none).
     """
 
     one_shot = True
@@ -52,8 +54,11 @@ class LeaderLatch(_Candidate):
         *,
         lease_ttl: float = DEFAULT_TTL,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
-        super().__init__(client, path, lease_ttl=lease_ttl, client_id=client_id)
+        super().__init__(
+            client, path, lease_ttl=lease_ttl, client_id=client_id, metrics_name=metrics_name
+        )
         self._contest_task: asyncio.Task[None] | None = None
 
     @property

@@ -53,12 +53,13 @@ class LeaderObserver(Recipe):
     iterator of :meth:`events` starts with the current state. After a reconnect the changes
     made meanwhile are replayed (every term, in order); when they were compacted away, a
     :class:`LeadershipGap` ("terms may have been missed") comes first, then the current state.
+    ``metrics_name`` is the ``name`` label of its metrics (low-cardinality; ``""``: none).
     """
 
     one_shot = True
 
-    def __init__(self, client: EtcdClient, path: str) -> None:
-        super().__init__(client, path)
+    def __init__(self, client: EtcdClient, path: str, *, metrics_name: str = "") -> None:
+        super().__init__(client, path, metrics_name=metrics_name)
         self._leader = leader_key(path)
         self._current: Elected | None = None
         self._revision = 0

@@ -80,6 +80,7 @@ class LeaderSelector(_Candidate):
         candidacy then lasts until ``aclose()``; a term that failed or was lost is recorded
         (``exceptions``) instead of raised, and the next campaign waits, when other candidates
         exist, until one of them has won (at most ``lease_ttl``), so the leadership rotates.
+    :param metrics_name: the ``name`` label of its metrics (low-cardinality; ``""``: none).
 
     One candidacy (``start()`` or ``run()``) is at most one term unless ``auto_requeue``;
     afterwards ``start()`` or ``run()`` may be called again. ``aclose()`` ends a candidacy: a
@@ -104,8 +105,11 @@ class LeaderSelector(_Candidate):
         client_id: str | None = None,
         cancel_on_loss: bool = True,
         auto_requeue: bool = False,
+        metrics_name: str = "",
     ) -> None:
-        super().__init__(client, path, lease_ttl=lease_ttl, client_id=client_id)
+        super().__init__(
+            client, path, lease_ttl=lease_ttl, client_id=client_id, metrics_name=metrics_name
+        )
         if not callable(take_leadership):
             raise InvalidArgumentError(
                 "take_leadership must be an async function of (selector, term) or of the term"

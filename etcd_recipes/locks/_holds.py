@@ -18,11 +18,10 @@ from typing import TYPE_CHECKING, Protocol
 
 from .._core.caller import Caller
 from .._core.hold import Hold
-from .._core.lease import AcquisitionLease
 from .._core.lease_pool import LeaseCheckout, PooledLease
 from .._core.metering import RecipeMeter, SpanHandle
+from .._core.outcomes import failure_outcome, hold_loss_kind
 from ..errors import (
-    LeaseNotFoundError,
     LostError,
     RecipeClosedError,
 )
@@ -68,7 +67,7 @@ class _Held:
             return
         meter.lock_hold(time.monotonic() - self._since, ended)
         if ended == "lost":
-            meter.lease_lost(loss_kind(self.hold.lease, self.hold.lost_cause))
+            meter.lease_lost(hold_loss_kind(self.hold.lease))
 
     def _on_lost(self, cause: BaseException | None) -> None:
         self._report("lost")
@@ -90,14 +89,6 @@ class _Held:
                 self.serial.release()
             # A key whose delete etcd did not answer may remain: the pool revokes its lease.
             await self.session.leave(self.checkout, retire=not self.hold.delete_confirmed)
-
-
-def loss_kind(lease: AcquisitionLease, cause: BaseException | None) -> str:
-    """The ``lease_lost`` kind of a hold lost with ``cause``: the lease's own loss kind when the
-    lease was lost, else ``revoked`` (its key was deleted by someone else)."""
-    if lease.is_lost and lease.loss_kind:
-        return lease.loss_kind
-    return "revoked"
 
 
 class _Acquisition:
@@ -140,17 +131,6 @@ async def metered_acquisition(
         return None
     metric.end("acquired")
     return held.metered(meter)
-
-
-def failure_outcome(exc: BaseException) -> str:
-    """The wait outcome an acquisition (or campaign) that raised ``exc`` reports."""
-    if isinstance(exc, (asyncio.CancelledError, RecipeClosedError)):
-        return "cancelled"
-    if isinstance(exc, (LostError, LeaseNotFoundError)):
-        return "lost"
-    if isinstance(exc, TimeoutError):
-        return "timeout"
-    return "error"
 
 
 def _lost_while_running(

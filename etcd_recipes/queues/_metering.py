@@ -32,10 +32,11 @@ from types import TracebackType
 from typing import TypeVar
 
 from .._core.metering import RecipeMeter, SpanHandle
-from ..errors import LeaseNotFoundError, RecipeClosedError
-from ..events import LeaseEvent, LeaseExpired
+from .._core.outcomes import lease_lost_kind
+from ..errors import RecipeClosedError
+from ..events import LeaseEvent
 
-__all__ = ["Metered", "batch_size", "lease_lost_kind", "outcome_of", "report_lease_loss"]
+__all__ = ["Metered", "batch_size", "outcome_of", "report_lease_loss"]
 
 T = TypeVar("T")
 
@@ -54,21 +55,6 @@ def outcome_of(exc: BaseException) -> str:
     if isinstance(exc, (asyncio.CancelledError, RecipeClosedError)):
         return "cancelled"
     return "error"
-
-
-def lease_lost_kind(event: LeaseEvent) -> str | None:
-    """The ``lease_lost`` kind of a lease event (``None``: the lease was not lost).
-
-    Only :class:`~etcd_recipes.LeaseExpired` is a loss (a later ``LeaseFailed`` is the heal
-    giving up on the same loss): ``keep_alive_failed`` when renewals did not reach etcd within
-    the TTL, ``expired`` when etcd answered that the lease is gone (expired or revoked: the
-    keep-alive answer does not tell them apart)."""
-    if not isinstance(event, LeaseExpired):
-        return None
-    cause = event.cause
-    if isinstance(cause, LeaseNotFoundError) and "no renewal" in str(cause):
-        return "keep_alive_failed"
-    return "expired"
 
 
 def batch_size(count: int) -> dict[str, object]:

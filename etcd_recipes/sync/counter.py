@@ -28,16 +28,29 @@ class DistributedAtomicLong(Recipe, twin_of=_async.DistributedAtomicLong):
         counter.close()
 
     ``start()`` is optional: every operation creates the key when it is missing.
+    ``metrics_name`` is the ``name`` label of its metrics (low-cardinality; ``""``: none); a
+    counter reports only its RPCs (``rpc_finished``), which carry no recipe label.
     """
 
     _a: _async.DistributedAtomicLong
 
     def __init__(
-        self, client: EtcdClient, path: str, *, default: int = 0, client_id: str | None = None
+        self,
+        client: EtcdClient,
+        path: str,
+        *,
+        default: int = 0,
+        client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
         check_twin(client, "client")
         value = client._rt.call_sync(
-            _async.DistributedAtomicLong, client._a, path, default=default, client_id=client_id
+            _async.DistributedAtomicLong,
+            client._a,
+            path,
+            default=default,
+            client_id=client_id,
+            metrics_name=metrics_name,
         )
         self._bind(client._rt, value, client._owner())
 

@@ -39,6 +39,9 @@ class TransientKeyValue(Recipe, Generic[T], twin_of=_async.TransientKeyValue):
         assert (client.get(presence.key)).value == b'{"port":8080}'
         presence.close()   # the key is gone at once
         assert client.get(presence.key) is None
+
+    ``metrics_name`` is the ``name`` label of its metrics (low-cardinality; ``""``: none): each
+    loss of the key's lease is one ``lease_lost``.
     """
 
     _a: _async.TransientKeyValue[T]
@@ -52,6 +55,7 @@ class TransientKeyValue(Recipe, Generic[T], twin_of=_async.TransientKeyValue):
         codec: Codec[T] | None = None,
         lease_ttl: float = DEFAULT_TTL,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
         check_twin(client, "client")
         value_ = client._rt.call_sync(
@@ -62,6 +66,7 @@ class TransientKeyValue(Recipe, Generic[T], twin_of=_async.TransientKeyValue):
             codec=codec,
             lease_ttl=lease_ttl,
             client_id=client_id,
+            metrics_name=metrics_name,
         )
         self._bind(client._rt, value_, client._owner())
 

@@ -34,6 +34,7 @@ class DistributedBarrier(Recipe, twin_of=_async.DistributedBarrier):
     :param wait_on_missing_barriers: if True (the default), a waiter on a barrier that is not
         set blocks until it is set **and then removed**; if False it returns at once.
     :param lease_ttl: seconds; the setter's key disappears this long after its process dies.
+    :param metrics_name: the ``name`` label of its metrics (low-cardinality; ``""``: none).
     """
 
     _a: _async.DistributedBarrier
@@ -46,6 +47,7 @@ class DistributedBarrier(Recipe, twin_of=_async.DistributedBarrier):
         wait_on_missing_barriers: bool = True,
         lease_ttl: float = DEFAULT_TTL,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
         check_twin(client, "client")
         value = client._rt.call_sync(
@@ -55,6 +57,7 @@ class DistributedBarrier(Recipe, twin_of=_async.DistributedBarrier):
             wait_on_missing_barriers=wait_on_missing_barriers,
             lease_ttl=lease_ttl,
             client_id=client_id,
+            metrics_name=metrics_name,
         )
         self._bind(client._rt, value, client._owner())
 

@@ -32,6 +32,7 @@ class DistributedBarrierWithCount(Recipe, twin_of=_async.DistributedBarrierWithC
 
     :param member_count: how many members must arrive (> 0).
     :param lease_ttl: seconds; a crashed member stops counting this long after it died.
+    :param metrics_name: the ``name`` label of its metrics (low-cardinality; ``""``: none).
     """
 
     _a: _async.DistributedBarrierWithCount
@@ -44,6 +45,7 @@ class DistributedBarrierWithCount(Recipe, twin_of=_async.DistributedBarrierWithC
         *,
         lease_ttl: float = DEFAULT_TTL,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
         check_twin(client, "client")
         value = client._rt.call_sync(
@@ -53,6 +55,7 @@ class DistributedBarrierWithCount(Recipe, twin_of=_async.DistributedBarrierWithC
             member_count,
             lease_ttl=lease_ttl,
             client_id=client_id,
+            metrics_name=metrics_name,
         )
         self._bind(client._rt, value, client._owner())
 

@@ -45,6 +45,7 @@ class DistributedDoubleBarrier(Recipe, twin_of=_async.DistributedDoubleBarrier):
         *,
         lease_ttl: float = DEFAULT_TTL,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
         check_twin(client, "client")
         value = client._rt.call_sync(
@@ -54,6 +55,7 @@ class DistributedDoubleBarrier(Recipe, twin_of=_async.DistributedDoubleBarrier):
             member_count,
             lease_ttl=lease_ttl,
             client_id=client_id,
+            metrics_name=metrics_name,
         )
         self._bind(client._rt, value, client._owner())
 

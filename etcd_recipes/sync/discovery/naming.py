@@ -89,10 +89,12 @@ def naming_registration(
     metadata: Any = None,
     key: str | None = None,
     ttl: float = 2,
+    metrics_name: str = "",
 ) -> TransientKeyValue[bytes]:
     """An (unstarted) registration of ``addr`` as an endpoint of Go naming ``target``:
     the record ``<target>/<key or addr>`` on a self-healing lease of ``ttl`` seconds, as
     Go's ``endpoints.Manager.AddEndpoint`` with a lease writes it. Use ``with``.
+    ``metrics_name`` is the ``name`` label of its metrics (``lease_lost``; ``""``: none).
 
     Example::
 
@@ -106,7 +108,14 @@ def naming_registration(
     """
     check_twin(client, "client")
     value = client._rt.call_sync(
-        _async.naming_registration, client._a, target, addr, metadata=metadata, key=key, ttl=ttl
+        _async.naming_registration,
+        client._a,
+        target,
+        addr,
+        metadata=metadata,
+        key=key,
+        ttl=ttl,
+        metrics_name=metrics_name,
     )
     result: TransientKeyValue[bytes] = client._twin(value)
     return result

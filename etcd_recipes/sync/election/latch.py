@@ -37,6 +37,8 @@ class LeaderLatch(Recipe, twin_of=_async.LeaderLatch):
     the background. ``start()`` and ``close()`` are one-shot. ``with`` starts the
     candidacy, unlike :class:`LeaderSelector`'s: a latch's whole life is one candidacy, while
     a selector's candidacies are calls (``run()``, ``start()``) made inside its block.
+    ``metrics_name`` is the ``name`` label of its metrics (``leadership_changed``, the
+    ``election.campaign`` span; low-cardinality, ``""``: none).
     """
 
     _a: _async.LeaderLatch
@@ -48,10 +50,16 @@ class LeaderLatch(Recipe, twin_of=_async.LeaderLatch):
         *,
         lease_ttl: float = DEFAULT_TTL,
         client_id: str | None = None,
+        metrics_name: str = "",
     ) -> None:
         check_twin(client, "client")
         value = client._rt.call_sync(
-            _async.LeaderLatch, client._a, path, lease_ttl=lease_ttl, client_id=client_id
+            _async.LeaderLatch,
+            client._a,
+            path,
+            lease_ttl=lease_ttl,
+            client_id=client_id,
+            metrics_name=metrics_name,
         )
         self._bind(client._rt, value, client._owner())
 

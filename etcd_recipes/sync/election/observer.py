@@ -38,13 +38,16 @@ class LeaderObserver(Recipe, twin_of=_async.LeaderObserver):
     iterator of :meth:`events` starts with the current state. After a reconnect the changes
     made meanwhile are replayed (every term, in order); when they were compacted away, a
     :class:`LeadershipGap` ("terms may have been missed") comes first, then the current state.
+    ``metrics_name`` is the ``name`` label of its metrics (low-cardinality; ``""``: none).
     """
 
     _a: _async.LeaderObserver
 
-    def __init__(self, client: EtcdClient, path: str) -> None:
+    def __init__(self, client: EtcdClient, path: str, *, metrics_name: str = "") -> None:
         check_twin(client, "client")
-        value = client._rt.call_sync(_async.LeaderObserver, client._a, path)
+        value = client._rt.call_sync(
+            _async.LeaderObserver, client._a, path, metrics_name=metrics_name
+        )
         self._bind(client._rt, value, client._owner())
 
     one_shot = _async.LeaderObserver.one_shot

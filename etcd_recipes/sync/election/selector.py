@@ -52,6 +52,7 @@ class LeaderSelector(Recipe, twin_of=_async.LeaderSelector):
         candidacy then lasts until ``close()``; a term that failed or was lost is recorded
         (``exceptions``) instead of raised, and the next campaign waits, when other candidates
         exist, until one of them has won (at most ``lease_ttl``), so the leadership rotates.
+    :param metrics_name: the ``name`` label of its metrics (low-cardinality; ``""``: none).
 
     One candidacy (``start()`` or ``run()``) is at most one term unless ``auto_requeue``;
     afterwards ``start()`` or ``run()`` may be called again. ``close()`` ends a candidacy: a
@@ -76,6 +77,7 @@ class LeaderSelector(Recipe, twin_of=_async.LeaderSelector):
         client_id: str | None = None,
         cancel_on_loss: bool = True,
         auto_requeue: bool = False,
+        metrics_name: str = "",
     ) -> None:
         check_twin(client, "client")
         value = client._rt.call_sync(
@@ -88,6 +90,7 @@ class LeaderSelector(Recipe, twin_of=_async.LeaderSelector):
             client_id=client_id,
             cancel_on_loss=cancel_on_loss,
             auto_requeue=auto_requeue,
+            metrics_name=metrics_name,
         )
         self._bind(client._rt, value, client._owner())
 
