@@ -66,6 +66,9 @@ async def _work(endpoint: str, name: str) -> None:
 
 def worker_main(endpoint: str, name: str) -> int:
     logging.getLogger("etcd_recipes").setLevel(logging.ERROR)  # the supervisor narrates
+    # The supervisor stops workers with SIGINT; a demo started in the background of a shell
+    # hands its children an ignored SIGINT, so take Python's usual handler back.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         asyncio.run(_work(endpoint, name))
     except KeyboardInterrupt:  # the supervisor's stop signal: the queue closed cleanly
