@@ -10,10 +10,24 @@ every pytest process (xdist workers too), so the tests see what a terminal gives
 from __future__ import annotations
 
 import signal
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
+
+from etcd_recipes import EtcdClient, ResilienceConfig, connect
+from tests.queues.metrics_sink import EventSink
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture
+async def metered(etcd_server: Any) -> AsyncIterator[tuple[EtcdClient, EventSink]]:
+    """A client whose metrics go to a fresh recording :class:`EventSink`: ``(client, sink)``."""
+    sink = EventSink()
+    config = ResilienceConfig(metrics=sink)
+    async with connect(**etcd_server.client_kwargs(), resilience=config) as client:
+        yield client, sink

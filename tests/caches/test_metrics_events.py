@@ -4,12 +4,9 @@ entry count and ``-size`` at close, so the deltas always sum to the cache's size
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from etcd_recipes import (
-    EtcdClient,
     NodeCache,
     PathChildrenCache,
     PrefixCache,
@@ -21,14 +18,6 @@ from tests.helpers import eventually
 from tests.queues.metrics_sink import EventSink
 
 FAST = {"keepalive_time": 1, "keepalive_timeout": 0.5}
-
-
-@pytest.fixture
-async def metered(etcd_server) -> AsyncIterator[tuple[EtcdClient, EventSink]]:
-    sink = EventSink()
-    config = ResilienceConfig(metrics=sink)
-    async with connect(**etcd_server.client_kwargs(), resilience=config) as client:
-        yield client, sink
 
 
 def _cache_events(sink: EventSink) -> list[tuple[object, ...]]:

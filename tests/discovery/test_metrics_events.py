@@ -5,33 +5,20 @@ facade passing its own on to what it creates)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 
 from etcd_recipes import (
-    EtcdClient,
     InvalidArgumentError,
     LeaseRestored,
     NamingEndpoints,
-    ResilienceConfig,
     ServiceCache,
     ServiceDiscovery,
     ServiceInstance,
     ServiceProvider,
     ServiceRegistry,
-    connect,
 )
 from tests.helpers import eventually
-from tests.queues.metrics_sink import EventSink
-
-
-@pytest.fixture
-async def metered(etcd_server) -> AsyncIterator[tuple[EtcdClient, EventSink]]:
-    sink = EventSink()
-    config = ResilienceConfig(metrics=sink)
-    async with connect(**etcd_server.client_kwargs(), resilience=config) as client:
-        yield client, sink
 
 
 async def test_the_provider_reports_how_long_it_served_a_stale_list(metered, etcd_prefix):

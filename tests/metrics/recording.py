@@ -53,6 +53,17 @@ class RecordingMetrics(EtcdMetrics):
         with self._lock:
             return [args for m, args in self.calls if m == method]
 
+    def spans(self, *, attributes: bool = False) -> list[tuple[Any, ...]]:
+        """``(recipe, name, operation, path)`` of each started span (``attributes=True``: with
+        its attributes) and ``(operation, outcome)`` of each ended one, in order."""
+        width = 5 if attributes else 4
+        with self._lock:
+            return [
+                args[:width] if method == "start_span" else args[:2]
+                for method, args in self.calls
+                if method in ("start_span", "span_end")
+            ]
+
     def flush(self, timeout: float = 10.0) -> None:
         """Wait until the meter delivered every event queued so far (fails on timeout)."""
         assert meter_for(self).flush(timeout), "the metrics meter did not flush in time"

@@ -50,18 +50,6 @@ def events(sink: RecordingMetrics) -> list[tuple[str, tuple[object, ...]]]:
     return out
 
 
-def spans(sink: RecordingMetrics) -> list[tuple[object, ...]]:
-    """``(recipe, name, operation, path, attributes)`` of each started span and
-    ``(operation, outcome)`` of each ended one, in order."""
-    out: list[tuple[object, ...]] = []
-    for method, args in sink.calls:
-        if method == "start_span":
-            out.append(args)
-        elif method == "span_end":
-            out.append(args[:2])
-    return out
-
-
 @pytest.fixture
 def sink() -> RecordingMetrics:
     return RecordingMetrics()
@@ -90,7 +78,7 @@ async def test_latch_term_acquired_then_relinquished(client, sink, etcd_prefix):
         ("leadership_changed", ("LeaderLatch", "orders", "acquired")),
         ("leadership_changed", ("LeaderLatch", "orders", "relinquished")),
     ]
-    assert spans(sink) == [
+    assert sink.spans(attributes=True) == [
         ("LeaderLatch", "orders", "election.campaign", path, {}),
         ("election.campaign", "elected"),
     ]
@@ -119,7 +107,9 @@ async def test_lost_term_reports_lost_and_the_lease_kind(client, sink, etcd_pref
         ("leadership_changed", ("LeaderLatch", "", "acquired")),
         ("leadership_changed", ("LeaderLatch", "", "relinquished")),
     ]
-    assert [s for s in spans(sink) if len(s) == 2] == [("election.campaign", "elected")] * 2
+    assert [s for s in sink.spans(attributes=True) if len(s) == 2] == [
+        ("election.campaign", "elected")
+    ] * 2
 
 
 async def test_cancelled_campaign_reports_cancelled_and_leaves_no_key(client, sink, etcd_prefix):
@@ -135,8 +125,8 @@ async def test_cancelled_campaign_reports_cancelled_and_leaves_no_key(client, si
         assert await keys_under(client, path + "/participants/") == [path + "/participants/first"]
         leader = await client.get(path + "/LEADER")
         assert leader is not None and leader.value.startswith(b"first:")
-    assert ("LeaderLatch", "b", "election.campaign", path, {}) in spans(sink)
-    ended = [s for s in spans(sink) if len(s) == 2]
+    assert ("LeaderLatch", "b", "election.campaign", path, {}) in sink.spans(attributes=True)
+    ended = [s for s in sink.spans(attributes=True) if len(s) == 2]
     assert sorted(ended) == [("election.campaign", "cancelled"), ("election.campaign", "elected")]
     assert ("leadership_changed", ("LeaderLatch", "b", "acquired")) not in events(sink)
     assert await keys_under(client, path) == []
@@ -180,7 +170,7 @@ async def test_gate_wait_timeout_then_passed(client, sink, etcd_prefix):
         ("barrier_wait_finished", ("DistributedBarrier", "deploy", "timeout")),
         ("barrier_wait_finished", ("DistributedBarrier", "deploy", "passed")),
     ]
-    assert spans(sink) == [
+    assert sink.spans(attributes=True) == [
         ("DistributedBarrier", "deploy", "barrier.wait", path, {}),
         ("barrier.wait", "timeout"),
         ("DistributedBarrier", "deploy", "barrier.wait", path, {}),
@@ -204,7 +194,7 @@ async def test_counted_wait_cancelled_leaves_no_waiting_key(client, sink, etcd_p
     assert events(sink) == [
         ("barrier_wait_finished", ("DistributedBarrierWithCount", "", "cancelled")),
     ]
-    assert spans(sink)[-1] == ("barrier.wait", "cancelled")
+    assert sink.spans(attributes=True)[-1] == ("barrier.wait", "cancelled")
     assert await keys_under(client, path + "/waiting/") == []
 
 
@@ -232,7 +222,7 @@ async def test_double_barrier_reports_its_own_phases_once(client, sink, etcd_pre
         ("barrier_wait_finished", ("DistributedDoubleBarrier", "p1", "passed")),
         ("barrier_wait_finished", ("DistributedDoubleBarrier", "p1", "passed")),
     ]  # not the inner counted barriers' as well
-    assert spans(sink) == [
+    assert sink.spans(attributes=True) == [
         ("DistributedDoubleBarrier", "p1", "barrier.wait", path, {"barrier.phase": "enter"}),
         ("barrier.wait", "passed"),
         ("DistributedDoubleBarrier", "p1", "barrier.wait", path, {"barrier.phase": "leave"}),
@@ -244,7 +234,7 @@ async def test_bad_timeout_is_not_a_wait(client, sink, etcd_prefix):
     async with DistributedBarrier(client, etcd_prefix + "gate") as gate:
         with pytest.raises(InvalidArgumentError):
             await gate.wait_on_barrier(timeout=-1)
-    assert events(sink) == [] and spans(sink) == []
+    assert events(sink) == [] and sink.spans(attributes=True) == []
 
 
 # ------------------------------------------------------------------------------- lease loss

@@ -41,18 +41,6 @@ def lock_events(sink: RecordingMetrics) -> list[tuple[str, tuple[object, ...]]]:
     return out
 
 
-def spans(sink: RecordingMetrics) -> list[tuple[object, ...]]:
-    """``(recipe, name, operation, path)`` of each started span and ``(operation, outcome)``
-    of each ended one, in order."""
-    out: list[tuple[object, ...]] = []
-    for method, args in sink.calls:
-        if method == "start_span":
-            out.append(args[:4])
-        elif method == "span_end":
-            out.append(args[:2])
-    return out
-
-
 @pytest.fixture
 def sink() -> RecordingMetrics:
     return RecordingMetrics()
@@ -74,7 +62,7 @@ async def test_acquire_and_release(client, sink, etcd_prefix):
         ("lock_wait_finished", ("DistributedMutex", "orders", "acquired")),
         ("lock_hold_finished", ("DistributedMutex", "orders", "released")),
     ]
-    assert spans(sink) == [
+    assert sink.spans() == [
         ("DistributedMutex", "orders", "lock.acquire", path),
         ("lock.acquire", "acquired"),
     ]
@@ -91,7 +79,7 @@ async def test_acquire_timeout(client, sink, etcd_prefix):
     assert not await waiter.acquire(timeout=0)  # try once: a timeout too
     assert lock_events(sink) == [("lock_wait_finished", ("DistributedMutex", "", "timeout"))] * 2
     assert (
-        spans(sink)
+        sink.spans()
         == [
             ("DistributedMutex", "", "lock.acquire", path),
             ("lock.acquire", "timeout"),
@@ -193,7 +181,7 @@ async def test_semaphore_permits(client, sink, etcd_prefix):
         ("lock_hold_finished", (recipe, "pool", "released")),
     ]
     started = (recipe, "pool", "lock.acquire", path)
-    assert spans(sink) == [
+    assert sink.spans() == [
         started,
         ("lock.acquire", "acquired"),
         started,
@@ -272,7 +260,7 @@ def test_sync_facade_from_a_thread_reports_the_same(etcd_server, etcd_prefix):
         * 4
     )
     assert (
-        spans(sink)
+        sink.spans()
         == [
             ("DistributedMutex", "sync", "lock.acquire", path),
             ("lock.acquire", "acquired"),

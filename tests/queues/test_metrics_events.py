@@ -5,7 +5,6 @@ the v1 latencies kept."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -13,30 +12,18 @@ from etcd_recipes import (
     DistributedPriorityQueue,
     DistributedQueue,
     DistributedWorkQueue,
-    EtcdClient,
     RecipeClosedError,
-    ResilienceConfig,
     ValueTooLargeError,
     WorkQueueConfig,
-    connect,
 )
 from tests.helpers import eventually
 from tests.queues.helpers import keys
-from tests.queues.metrics_sink import EventSink
 
 FAST = WorkQueueConfig(visibility_timeout=1, max_deliveries=5, sweep_interval=0.3)
 # No sweeper pass within a test: only a receive that notices an orphan returns it.
 UNSWEPT = WorkQueueConfig(visibility_timeout=1, max_deliveries=5, sweep_interval=60)
 FIFO = "DistributedQueue"
 WORK = "DistributedWorkQueue"
-
-
-@pytest.fixture
-async def metered(etcd_server) -> AsyncIterator[tuple[EtcdClient, EventSink]]:
-    sink = EventSink()
-    config = ResilienceConfig(metrics=sink)
-    async with connect(**etcd_server.client_kwargs(), resilience=config) as client:
-        yield client, sink
 
 
 async def test_enqueue_then_dequeue(metered, etcd_prefix):
