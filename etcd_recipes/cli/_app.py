@@ -50,11 +50,12 @@ class Exit(IntEnum):
     ERROR = 1
     """etcd answered with an error, could not be reached, or the operation failed."""
     USAGE = 2
-    """Bad command line (unknown option, missing argument, invalid value)."""
+    """Bad command line (unknown option, missing argument, invalid value, a relative path)."""
     NOT_FOUND = 3
     """The path holds nothing of the asked kind (no lock, no dead letter with that id...)."""
     REFUSED = 4
-    """A destructive command without ``--yes``, or a precondition that did not hold."""
+    """A destructive command without ``--yes``, a path holding another recipe's keys, or a
+    precondition that did not hold."""
 
 
 class Output(str, Enum):
