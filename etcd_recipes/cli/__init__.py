@@ -6,8 +6,8 @@ operator's view of the recipes.
 with ``--yes``, change) what the recipes keep in etcd, through the recipes' own API. Every
 command takes ``-o table|json`` (JSON documents carry ``"schema": "etcd-recipes/cli/v1"``) and
 the client options, also from etcdctl's environment variables.
-Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 refused (no ``--yes``, or a lock
-not acquired in time).
+Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 refused (no ``--yes``, a path holding
+another recipe's keys, or a lock not acquired in time); every failure is one line on stderr.
 """
 
 from . import _commands as _commands  # registers the commands
@@ -21,5 +21,6 @@ __all__ = ["Exit", "app", "main"]
 
 
 def main() -> None:
-    """The console script's entry point."""
-    app()
+    """The console script's entry point (also ``python -m etcd_recipes.cli``, which names
+    itself ``etcd-recipes`` in usage lines too)."""
+    app(prog_name="etcd-recipes")

@@ -1,9 +1,21 @@
-"""The command's skeleton: the typer app, the client options, output and exit codes."""
+"""The command's skeleton: the typer app, the client options, output and exit codes.
+
+Guaranteed: the client options are resolved by the library's own code
+(:func:`etcd_recipes._core.settings.resolve_settings`, what :func:`~etcd_recipes.connect` runs),
+so the command and the library read the same variables in the same order
+(``$ETCD_ENDPOINTS``, then ``$ETCDCTL_ENDPOINTS``; the TLS and user variables only when the
+endpoints come from the environment). Every failure, a bad command line included, is one line
+on stderr (``etcd-recipes: error: ...``) and an :class:`Exit` code, never a traceback or a panel.
+The library's own log records are not printed unless ``$ETCD_RECIPES_CLI_LOG`` names a level.
+
+Not guaranteed: ``--help`` pages keep typer's layout (they are for people, not scripts).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -14,8 +26,10 @@ from typing import Any, TypeVar
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
 
 from .. import EtcdClient, connect
+from .._core.settings import ENDPOINT_VARIABLES, resolve_settings
 from ..errors import (
     EtcdConnectionError,
     EtcdRecipeError,
@@ -36,11 +50,12 @@ class Exit(IntEnum):
     ERROR = 1
     """etcd answered with an error, could not be reached, or the operation failed."""
     USAGE = 2
-    """Bad command line (unknown option, missing argument, invalid value)."""
+    """Bad command line (unknown option, missing argument, invalid value, a relative path)."""
     NOT_FOUND = 3
     """The path holds nothing of the asked kind (no lock, no dead letter with that id...)."""
     REFUSED = 4
-    """A destructive command without ``--yes``, or a precondition that did not hold."""
+    """A destructive command without ``--yes``, a path holding another recipe's keys, or a
+    precondition that did not hold."""
 
 
 class Output(str, Enum):
@@ -61,14 +76,25 @@ class Context:
     namespace: str | None
     output: Output
 
-    def connect(self) -> EtcdClient:
-        return connect(
+    def connect(self, endpoints: str | None = None) -> EtcdClient:
+        """A client configured as the library's ``connect()`` would be from these options and
+        the environment; ``endpoints`` replaces the resolved endpoints only (``status`` reads
+        each member through its own URL with the same TLS and credentials)."""
+        got = resolve_settings(
             self.endpoints,
             ca_cert=self.ca_cert,
             cert=self.cert,
             key=self.key,
             user=self.user,
             password=self.password,
+        )
+        return connect(
+            endpoints or got.endpoints,
+            ca_cert=got.ca_cert,
+            cert=got.cert,
+            key=got.key,
+            user=got.user,
+            password=got.password,
             namespace=self.namespace,
         )
 
@@ -81,9 +107,77 @@ class CommandError(Exception):
         self.code = code
 
 
+# typer >= 0.2x vendors click (``typer._click``), older versions use click itself: take the
+# exception classes from typer's public ``BadParameter`` rather than importing either module.
+_USAGE_ERROR: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"
+)
+_CLICK_ERROR: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
+)
+
+
+class _OneLineErrors(TyperGroup):
+    """The root group: a bad command line is one line on stderr and exit code 2 (typer would
+    print a boxed usage panel); the library's log records stay quiet unless asked for."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        _quiet_library_logs()
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except CommandError as exc:  # raised before connecting (a path without "/"...)
+            _one_line(str(exc))
+            sys.exit(int(exc.code))
+        except _USAGE_ERROR as exc:
+            ctx: Any = getattr(exc, "ctx", None)
+            if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:
+                sys.stderr.write(ctx.get_help() + "\n")  # no command at all: the help page
+            else:
+                where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+                _one_line(f"{exc.format_message()}{where}")  # type: ignore[attr-defined]
+            sys.exit(int(Exit.USAGE))
+        except _CLICK_ERROR as exc:
+            _one_line(exc.format_message())  # type: ignore[attr-defined]
+            sys.exit(int(getattr(exc, "exit_code", Exit.ERROR)))
+        except typer.Abort:
+            _one_line("aborted")
+            sys.exit(int(Exit.ERROR))
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _quiet_library_logs() -> None:
+    """No library log record on stderr (the command reports what it found itself), unless
+    ``$ETCD_RECIPES_CLI_LOG`` is a level name (``debug``, ``info``, ``warning``)."""
+    logger = logging.getLogger("etcd_recipes")
+    level = os.environ.get("ETCD_RECIPES_CLI_LOG", "").strip().upper()
+    if logger.handlers:
+        return
+    if level in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        handler: logging.Handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        logger.setLevel(level)
+    else:
+        handler = logging.NullHandler()
+    logger.addHandler(handler)
+
+
+def _one_line(message: str) -> None:
+    _err.print(f"etcd-recipes: error: {' '.join(message.split())}", markup=False, soft_wrap=True)
+
+
 app = typer.Typer(
     name="etcd-recipes",
     help="A development etcd and an operator's view of every etcd-recipes recipe.",
+    cls=_OneLineErrors,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -98,16 +192,23 @@ def _options(
     endpoints: str | None = typer.Option(
         None,
         "--endpoints",
-        envvar=["ETCDCTL_ENDPOINTS", "ETCD_ENDPOINTS"],
-        help="Comma-separated endpoints (host:port or URLs).",
+        help="Comma-separated endpoints (host:port or URLs); else "
+        + ", then ".join(f"${name}" for name in ENDPOINT_VARIABLES)
+        + " (and then the TLS and user variables are read too, as the library does).",
     ),
-    cacert: str | None = typer.Option(None, "--cacert", envvar="ETCDCTL_CACERT"),
-    cert: str | None = typer.Option(None, "--cert", envvar="ETCDCTL_CERT"),
-    key: str | None = typer.Option(None, "--key", envvar="ETCDCTL_KEY"),
+    cacert: str | None = typer.Option(
+        None, "--cacert", help="CA bundle; else $ETCDCTL_CACERT (endpoints from the environment)."
+    ),
+    cert: str | None = typer.Option(
+        None, "--cert", help="Client certificate; else $ETCDCTL_CERT (likewise)."
+    ),
+    key: str | None = typer.Option(None, "--key", help="Client key; else $ETCDCTL_KEY (likewise)."),
     user: str | None = typer.Option(
-        None, "--user", envvar="ETCDCTL_USER", help="user or user:password"
+        None,
+        "--user",
+        help="user or user:password; else $ETCDCTL_USER, with $ETCDCTL_PASSWORD (likewise).",
     ),
-    password: str | None = typer.Option(None, "--password", envvar="ETCDCTL_PASSWORD"),
+    password: str | None = typer.Option(None, "--password", help="The --user's password."),
     namespace: str | None = typer.Option(None, "--namespace", envvar="ETCD_RECIPES_NAMESPACE"),
     output: Output = typer.Option(Output.table, "-o", "--output", help="table or json"),
 ) -> None:
@@ -147,7 +248,7 @@ def guarded(fn: Callable[[], T]) -> T:  # type: ignore[return]  # every except r
 
 
 def fail(message: str, code: Exit) -> Any:
-    _err.print(f"etcd-recipes: error: {message}", markup=False, soft_wrap=True)
+    _one_line(message)
     raise typer.Exit(int(code))
 
 

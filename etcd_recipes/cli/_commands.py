@@ -25,7 +25,8 @@ from .. import (
     LeaderObserver,
     get_participants,
 )
-from ..errors import CodecError, LockLostError, LockTimeoutError
+from ..errors import CodecError, InvalidArgumentError, LockLostError, LockTimeoutError
+from ..queues.inspection import detect_queue_kind, peek_queue, queue_stats
 from ._app import CommandError, Exit, app, confirm, emit, run
 
 lock_app = typer.Typer(help="Mutexes (also etcdctl lock and Go's concurrency.Mutex).")
@@ -42,7 +43,7 @@ app.add_typer(dlq_app, name="dlq")
 
 def _path(path: str) -> str:
     if not path.startswith("/"):
-        raise typer.BadParameter(f"a recipe path starts with '/', got {path!r}")
+        raise CommandError(f"a recipe path starts with '/', got {path!r}", Exit.USAGE)
     return path.rstrip("/") or "/"
 
 
@@ -141,7 +142,7 @@ def lock_run(
     if command and command[0] == "--":
         command = command[1:]
     if not command:
-        raise typer.BadParameter("give the command to run after --")
+        raise CommandError("give the command to run after --", Exit.USAGE)
 
     async def work(client: EtcdClient) -> int:
         mutex = DistributedMutex(client, path, lease_ttl=ttl)
@@ -300,7 +301,7 @@ def counter_set(ctx: typer.Context, path: str, value: int) -> None:
     """Set the counter to VALUE (int64)."""
     path = _path(path)
     if not INT64.MIN <= value <= INT64.MAX:
-        raise typer.BadParameter(f"{value} is outside the int64 range")
+        raise CommandError(f"{value} is outside the int64 range", Exit.USAGE)
 
     async def work(client: EtcdClient) -> None:
         await client.put(path, INT64.encode(value))
@@ -335,10 +336,12 @@ def barrier_status(ctx: typer.Context, path: str) -> None:
 
 @dlq_app.command("ls")
 def dlq_ls(ctx: typer.Context, path: str) -> None:
-    """The work queue's dead letters, oldest first: id, attempts, size and failure reason."""
+    """The work queue's dead letters, oldest first: id, attempts, size and failure reason
+    (a FIFO or priority queue's path is refused, exit 4: only work queues have dead letters)."""
     path = _path(path)
 
     async def work(client: EtcdClient) -> None:
+        await work_queue_only(client, path)
         queue = DistributedWorkQueue(client, path)
         try:
             dead = await queue.dead_letters()
@@ -359,46 +362,85 @@ def dlq_ls(ctx: typer.Context, path: str) -> None:
     run(ctx, work)
 
 
-def _dead_ids(ids: list[str], all_: bool, present: list[str], path: str) -> list[str]:
-    if all_ == bool(ids):
-        raise CommandError("give --id ID (repeatable) or --all", Exit.USAGE)
-    wanted = present if all_ else ids
-    missing = [i for i in wanted if i not in present]
-    if missing:
-        raise CommandError(f"no dead letter {', '.join(missing)} in {path}", Exit.NOT_FOUND)
-    return wanted
+async def work_queue_only(client: EtcdClient, path: str) -> None:
+    """Refuse (exit 4) a path that holds a FIFO or priority queue, or keys no queue writes:
+    only a work queue has dead letters. An empty path passes (nothing to find there)."""
+    try:
+        kind = await detect_queue_kind(client, path)
+    except InvalidArgumentError as exc:
+        raise CommandError(str(exc), Exit.REFUSED) from None
+    if kind not in (None, "work"):
+        raise CommandError(
+            f"{path} is a {kind} queue: only a work queue has dead letters", Exit.REFUSED
+        )
+
+
+async def _queued(client: EtcdClient, path: str) -> set[str]:
+    """The ids of the work queue's ready and delayed items (what ``queue peek`` lists)."""
+    stats = await queue_stats(client, path, kind="work")
+    waiting = 0 if stats is None else stats.ready + stats.delayed
+    if not waiting:
+        return set()
+    return {e.id for e in await peek_queue(client, path, waiting, kind="work")}
 
 
 def _dlq_change(
     ctx: typer.Context, path: str, ids: list[str], all_: bool, dry_run: bool, yes: bool, verb: str
 ) -> None:
     path = _path(path)
+    if all_ == bool(ids):
+        raise CommandError("give --id ID (repeatable) or --all", Exit.USAGE)
 
     async def work(client: EtcdClient) -> None:
+        await work_queue_only(client, path)
         queue = DistributedWorkQueue(client, path)
         try:
             present = [d.id for d in await queue.dead_letters()]
-            wanted = _dead_ids(ids, all_, present, path)
-            if not dry_run:
-                confirm(yes, f"dlq {verb} of {len(wanted)} item(s) in {path}")
-            done = []
-            for item_id in wanted:
+            wanted = present if all_ else list(dict.fromkeys(ids))
+            absent = [i for i in wanted if i not in present]
+            queued = await _queued(client, path) if absent else set()
+            # A requeued item is no longer dead but waits in the queue again: asking for it
+            # twice is the same request, answered "already requeued" with nothing written.
+            already = [i for i in absent if i in queued] if verb == "requeue" else []
+            missing = [i for i in absent if i not in already]
+            if missing:
+                hint = ""
+                if verb == "purge" and any(i in queued for i in missing):
+                    hint = " (it is queued, not dead: purge deletes dead letters only)"
+                raise CommandError(
+                    f"no dead letter {', '.join(missing)} in {path}{hint}", Exit.NOT_FOUND
+                )
+            todo = [i for i in wanted if i in present]
+            if todo and not dry_run:
+                confirm(yes, f"dlq {verb} of {len(todo)} item(s) in {path}")
+            done: list[str] = []
+            gone: list[str] = []
+            for item_id in todo:
                 if dry_run:
                     done.append(item_id)
-                elif verb == "requeue":
-                    if await queue.requeue_dead_letter(item_id):
-                        done.append(item_id)
-                elif await queue.purge_dead_letter(item_id):
-                    done.append(item_id)
+                    continue
+                change = queue.requeue_dead_letter if verb == "requeue" else queue.purge_dead_letter
+                (done if await change(item_id) else gone).append(item_id)
+            if gone:  # another operator moved them between the read and the write
+                queued = await _queued(client, path)
+                if verb == "requeue":
+                    already += [i for i in gone if i in queued]
+                gone = [i for i in gone if i not in already]
         finally:
             await queue.aclose()
         action = f"would {verb}" if dry_run else {"requeue": "requeued", "purge": "purged"}[verb]
-        emit(
-            ctx,
-            f"dlq {verb}",
-            {"path": path, "ids": done, "dry_run": dry_run},
-            lines=[f"{action} {len(done)} item(s): {', '.join(done) or '-'}"],
-        )
+        line = f"{action} {len(done)} item(s): {', '.join(done) or '-'}"
+        if already:
+            line += f"; already requeued (waiting in the queue): {', '.join(already)}"
+        data: dict[str, Any] = {"path": path, "ids": done, "dry_run": dry_run}
+        if verb == "requeue":
+            data["already_requeued"] = already
+        emit(ctx, f"dlq {verb}", data, lines=[line])
+        if gone:
+            raise CommandError(
+                f"{', '.join(gone)}: changed by someone else meanwhile, not {action}",
+                Exit.NOT_FOUND,
+            )
 
     run(ctx, work)
 
@@ -412,7 +454,13 @@ def dlq_requeue(
     dry_run: bool = typer.Option(False, "--dry-run", help="Say what would happen; write nothing."),
     yes: bool = typer.Option(False, "--yes", help="Do it."),
 ) -> None:
-    """Put dead letters back in the queue at their original place, with fresh attempts."""
+    """Put dead letters back in the queue at their original place, with fresh attempts.
+
+    Idempotent: an --id already requeued (no longer dead, waiting in the queue) is reported
+    "already requeued" and nothing is written (exit 0); an id found nowhere exits 3. An item
+    requeued and since received by a consumer (in flight) or acknowledged is found nowhere.
+    Only work queues have dead letters: a FIFO or priority queue's path is refused (exit 4).
+    """
     _dlq_change(ctx, path, ids, all_, dry_run, yes, "requeue")
 
 
@@ -425,7 +473,12 @@ def dlq_purge(
     dry_run: bool = typer.Option(False, "--dry-run", help="Say what would happen; write nothing."),
     yes: bool = typer.Option(False, "--yes", help="Do it."),
 ) -> None:
-    """Delete dead letters for good."""
+    """Delete dead letters for good.
+
+    A purged dead letter leaves nothing behind, so purging it again cannot be told from an id
+    that never existed: both exit 3 (not found). An id waiting in the queue exits 3 too, saying
+    it is queued, not dead. A FIFO or priority queue's path is refused (exit 4).
+    """
     _dlq_change(ctx, path, ids, all_, dry_run, yes, "purge")
 
 

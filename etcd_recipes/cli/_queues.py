@@ -13,9 +13,10 @@ from typing import Any
 import typer
 
 from .. import DistributedWorkQueue, EtcdClient
-from ..queues.inspection import QueueKind, peek_queue, queue_stats
+from ..errors import InvalidArgumentError
+from ..queues.inspection import QueueKind, detect_queue_kind, peek_queue, queue_stats
 from ._app import CommandError, Exit, app, emit, run
-from ._commands import _path, dlq_app
+from ._commands import _path, dlq_app, work_queue_only
 
 queue_app = typer.Typer(help="FIFO, priority and work queues (read only).")
 app.add_typer(queue_app, name="queue")
@@ -38,7 +39,8 @@ def queue_stats_cmd(ctx: typer.Context, path: str, kind: str | None = _KIND) -> 
     path = _path(path)
 
     async def work(client: EtcdClient) -> None:
-        stats = await queue_stats(client, path, kind=_kind(kind))
+        found = await _detected(client, path, kind)
+        stats = None if found is None else await queue_stats(client, path, kind=found)
         if stats is None:
             raise CommandError(f"no queue at {path}", Exit.NOT_FOUND)
         data = {
@@ -65,6 +67,18 @@ def queue_stats_cmd(ctx: typer.Context, path: str, kind: str | None = _KIND) -> 
     run(ctx, work)
 
 
+async def _detected(client: EtcdClient, path: str, kind: str | None) -> QueueKind | None:
+    """The --kind given, or the kind the path's keys show (``None``: nothing there). A path
+    holding keys no queue writes is refused (exit 4), as ``counter get`` refuses a value that
+    is not a counter."""
+    if kind is not None:
+        return _kind(kind)
+    try:
+        return await detect_queue_kind(client, path)
+    except InvalidArgumentError as exc:
+        raise CommandError(str(exc), Exit.REFUSED) from None
+
+
 def _kind(kind: str | None) -> QueueKind | None:
     if kind not in (None, "fifo", "priority", "work"):
         raise CommandError(f"--kind is fifo, priority or work, not {kind!r}", Exit.USAGE)
@@ -83,7 +97,10 @@ def queue_peek(
     path = _path(path)
 
     async def work(client: EtcdClient) -> None:
-        entries = await peek_queue(client, path, n, kind=_kind(kind), payload=payload)
+        found = await _detected(client, path, kind)
+        entries = (
+            [] if found is None else await peek_queue(client, path, n, kind=found, payload=payload)
+        )
         items = [
             {
                 "id": e.id,
@@ -136,6 +153,7 @@ def dlq_show(
     path = _path(path)
 
     async def work(client: EtcdClient) -> None:
+        await work_queue_only(client, path)
         queue = DistributedWorkQueue(client, path)
         try:
             dead = [d for d in await queue.dead_letters() if d.id == item_id]

@@ -101,22 +101,81 @@ app.add_typer(discovery_app, name="discovery")
 app.add_typer(cache_app, name="cache")
 
 
+_PROBE = "/probe"
+
+
+def _names_suffix(client: EtcdClient) -> str:
+    """What the discovery layout puts between a base and a service name (``"/names"``), read
+    from the recipe's own ``names_path`` rather than restated here."""
+    return ServiceDiscovery(client, _PROBE).registry.names_path.removeprefix(_PROBE)
+
+
+async def _discovery_bases(client: EtcdClient) -> list[str]:
+    """Every base under the namespace root holding a key ``<base><suffix>/<name>/<id>`` (one
+    keys-only read of every key under ``/``). Candidates only: records are parsed later."""
+    suffix = _names_suffix(client)
+    read = await client.get_prefix("/", keys_only=True)
+    bases = set()
+    for kv in read.kvs:
+        parent, _, instance_id = kv.key_text.rpartition("/")
+        names, _, name = parent.rpartition("/")
+        base = names.removesuffix(suffix)
+        if instance_id and name and names.endswith(suffix) and base.startswith("/"):
+            bases.add(base)
+    return sorted(bases)
+
+
+async def _services(client: EtcdClient, base: str) -> tuple[list[dict[str, Any]], int]:
+    """The services under ``base`` with at least one well-formed instance, and how many
+    records were skipped because they do not parse as a ServiceInstance."""
+    skipped: list[BaseException] = []
+    async with ServiceDiscovery(client, base) as discovery:
+        discovery.add_exception_listener(lambda _context, exc: skipped.append(exc))
+        rows = []
+        for name in await discovery.query_for_names():
+            count = len(await discovery.query_for_instances(name))
+            if count:
+                rows.append({"base": base, "name": name, "instances": count})
+    return rows, len(skipped)
+
+
 @discovery_app.command("ls")
-def discovery_ls(ctx: typer.Context, base: str) -> None:
-    """The services registered under BASE, with their instance counts."""
-    base = _path(base)
+def discovery_ls(
+    ctx: typer.Context,
+    base: str | None = typer.Argument(
+        None, help="The ServiceDiscovery path; omitted: every base under the namespace root."
+    ),
+) -> None:
+    """The services registered under BASE, with their instance counts.
+
+    Without BASE, every base the discovery key layout (``<base>/names/<name>/<id>``) finds
+    under the namespace root: one keys-only read of every key there (on a large keyspace,
+    give BASE), then each candidate's records are read and parsed as ServiceInstance JSON, so
+    another recipe's keys that happen to fit the layout are not listed. Records that do not
+    parse are skipped and counted (``skipped``).
+    """
+    given = None if base is None else _path(base)
 
     async def work(client: EtcdClient) -> None:
-        async with ServiceDiscovery(client, base) as discovery:
-            names = await discovery.query_for_names()
-            counts = [len(await discovery.query_for_instances(n)) for n in names]
-        rows = [{"name": n, "instances": c} for n, c in zip(names, counts, strict=True)]
+        bases = [given] if given is not None else await _discovery_bases(client)
+        rows: list[dict[str, Any]] = []
+        skipped = 0
+        for one in bases:
+            found, bad = await _services(client, one)
+            rows += found
+            skipped += bad
         emit(
             ctx,
             "discovery ls",
-            {"base": base, "services": rows},
-            columns=("service", "instances"),
-            rows=[(r["name"], r["instances"]) for r in rows],
+            {"base": given or "/", "services": rows, "skipped": skipped},
+            lines=[f"skipped {skipped} record(s) that are not ServiceInstance JSON"]
+            if skipped
+            else [],
+            columns=("service", "instances") if given else ("base", "service", "instances"),
+            rows=[
+                (r["name"], r["instances"]) if given else (r["base"], r["name"], r["instances"])
+                for r in rows
+            ],
         )
 
     run(ctx, work)
@@ -128,10 +187,15 @@ def discovery_show(ctx: typer.Context, base: str, name: str) -> None:
     base = _path(base)
 
     async def work(client: EtcdClient) -> None:
+        skipped: list[BaseException] = []
         async with ServiceDiscovery(client, base) as discovery:
+            discovery.add_exception_listener(lambda _context, exc: skipped.append(exc))
             found = await discovery.query_for_instances(name)
         if not found:
-            raise CommandError(f"no instances of {name} under {base}", Exit.NOT_FOUND)
+            why = (
+                f" ({len(skipped)} record(s) that are not ServiceInstance JSON)" if skipped else ""
+            )
+            raise CommandError(f"no instances of {name} under {base}{why}", Exit.NOT_FOUND)
         rows = [
             {
                 "id": i.id,

@@ -16,7 +16,6 @@ other, not at one instant.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from typing import Any
 
 import typer
@@ -50,9 +49,8 @@ async def _member_status(options: Context, member: Member) -> Status | str:
     """The member's own Status through its first client URL, or why it could not be read."""
     if not member.client_urls:
         return "not started yet (no client URL)"
-    one = dataclasses.replace(options, endpoints=member.client_urls[0])
     try:
-        async with one.connect() as client:
+        async with options.connect(member.client_urls[0]) as client:
             return await client.status(timeout=_MEMBER_TIMEOUT)
     except (EtcdRecipeError, OSError) as exc:
         return f"unreachable: {exc}"

@@ -227,12 +227,14 @@ async def test_dlq_requeue_delivers_once_and_dry_run_writes_nothing(
         )
         assert code == 0 and "requeued 1" in out
         rev = (await client.status()).revision
-        code, _, _ = await asyncio.to_thread(
+        code, out, _ = await asyncio.to_thread(
             cli, etcd_server, "dlq", "requeue", path, "--id", dead.id, "--yes"
         )
-        assert (
-            code == Exit.NOT_FOUND and (await client.status()).revision == rev
-        )  # twice: no change
+        assert (code, out.strip()) == (
+            0,
+            f"requeued 0 item(s): -; already requeued (waiting in the queue): {dead.id}",
+        )
+        assert (await client.status()).revision == rev  # twice: no change
         item = await other.receive(timeout=5)
         assert item is not None and item.value == b"poison"
         await item.ack()
@@ -261,6 +263,7 @@ async def test_watch_prints_events(etcd_server, etcd_prefix) -> None:
     ("args", "code", "message"),
     [
         (["lock", "show", "relative/path"], Exit.USAGE, "starts with '/'"),
+        (["lock", "show"], Exit.USAGE, "Missing argument"),
         (["counter", "set", "/x", "99999999999999999999"], Exit.USAGE, "int64"),
         (["dlq", "purge", "/q"], Exit.USAGE, "--id"),
         (["lock", "frobnicate"], Exit.USAGE, "No such command"),

@@ -128,3 +128,47 @@ def test_a_wrong_password_is_one_line_and_an_explicit_user_beats_the_variable(
     assert "authentication failed" in line.lower() or "invalid" in line.lower()
     proc = run(env, "--user", "app:s3cret", "counter", "set", "/app/o", "1")
     assert proc.returncode == 0, proc.stderr
+
+
+def test_etcd_endpoints_wins_over_etcdctl_endpoints_as_in_the_library(etcd_server) -> None:
+    from etcd_recipes._core.settings import ENDPOINT_VARIABLES
+
+    assert ENDPOINT_VARIABLES == ("ETCD_ENDPOINTS", "ETCDCTL_ENDPOINTS")
+    closed = "127.0.0.1:1"
+    both = {"ETCD_ENDPOINTS": etcd_server.endpoint, "ETCDCTL_ENDPOINTS": closed}
+    assert member_urls(run(both, "-o", "json", "status")) == [etcd_server.url]
+    # Swapped: the closed port in ETCD_ENDPOINTS is the one used (not a fallback order).
+    swapped = {"ETCD_ENDPOINTS": closed, "ETCDCTL_ENDPOINTS": etcd_server.endpoint}
+    line = one_line_error(run(swapped, "status"), Exit.ERROR)
+    assert closed in line
+
+
+def test_explicit_endpoints_read_no_credentials_from_the_environment(auth_server) -> None:
+    """As connect(): certificates and credentials set for the environment's cluster are never
+    sent to another one named on the command line."""
+    import asyncio
+
+    from etcd_recipes import connect
+
+    env = {"ETCDCTL_ENDPOINTS": auth_server.endpoint, "ETCDCTL_USER": "app:s3cret"}
+    assert run(env, "counter", "set", "/app/env", "1").returncode == 0
+    explicit = run(env, "--endpoints", auth_server.endpoint, "counter", "set", "/app/env", "2")
+    one_line_error(explicit, Exit.ERROR)  # no user sent: etcd refuses
+
+    async def library_write() -> None:
+        async with connect(auth_server.endpoint) as client:  # explicit, like --endpoints
+            await client.put("/app/env", b"3")
+
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        with pytest.raises(Exception, match=r"(?i)user name is empty|permission denied"):
+            asyncio.run(library_write())
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    value = auth_server.etcdctl("--user", "app:s3cret", "get", "/app/env", "--print-value-only")
+    assert value.stdout.strip() != "2"  # the explicit-endpoints write never happened

@@ -80,7 +80,9 @@ async def test_discovery_ls_show_and_cache_dump(etcd_server, etcd_prefix) -> Non
             code, out, _ = await asyncio.to_thread(
                 cli, etcd_server, "-o", "json", "discovery", "ls", base
             )
-            assert assert_valid(out)["data"]["services"] == [{"name": "orders", "instances": 1}]
+            assert assert_valid(out)["data"]["services"] == [
+                {"base": base, "name": "orders", "instances": 1}
+            ]
             code, out, _ = await asyncio.to_thread(
                 cli, etcd_server, "-o", "json", "discovery", "show", base, "orders"
             )
@@ -119,3 +121,53 @@ async def test_discovery_ls_show_and_cache_dump(etcd_server, etcd_prefix) -> Non
             ("a", "1", "utf-8"),
             ("b", "/w==", "base64"),
         ]
+
+
+async def test_discovery_ls_without_base_finds_every_base_by_the_recipe_layout(
+    etcd_server, etcd_prefix
+) -> None:
+    from etcd_recipes import DistributedMutex, ServiceDiscovery, ServiceInstance
+
+    async with connect(etcd_server.endpoint) as client:
+        # A lock whose path happens to fit the layout: <base>/names/<name>/<lease id>.
+        decoy = DistributedMutex(client, f"{etcd_prefix}decoy/names/orders")
+        assert await decoy.acquire()
+        async with (
+            ServiceDiscovery(client, f"{etcd_prefix}a") as a,
+            ServiceDiscovery(client, f"{etcd_prefix}b/names/deep") as b,  # "names" in a base
+        ):
+            for instance in (
+                ServiceInstance("orders", "", address="10.0.0.7", port=1),
+                ServiceInstance("orders", "", address="10.0.0.8", port=1),
+                ServiceInstance("billing", "", address="10.0.0.9", port=1),
+            ):
+                await a.register(instance)
+            await b.register(ServiceInstance("orders", "", address="10.0.1.1", port=1))
+            code, out, err = await asyncio.to_thread(
+                cli, etcd_server, "-o", "json", "discovery", "ls"
+            )
+            assert code == 0, err
+            data = assert_valid(out)["data"]
+            assert data["base"] == "/"
+            mine = [s for s in data["services"] if s["base"].startswith(etcd_prefix)]
+            assert mine == [
+                {"base": f"{etcd_prefix}a", "name": "billing", "instances": 1},
+                {"base": f"{etcd_prefix}a", "name": "orders", "instances": 2},
+                {"base": f"{etcd_prefix}b/names/deep", "name": "orders", "instances": 1},
+            ]  # and not the decoy lock: its record is no ServiceInstance
+            assert data["skipped"] >= 1
+            wide = await asyncio.to_thread(  # wide enough that rich crops no column
+                CliRunner().invoke,
+                app,
+                ["--endpoints", etcd_server.endpoint, "discovery", "ls"],
+                env={"COLUMNS": "400"},
+            )
+            assert wide.exit_code == 0
+            assert wide.stdout.splitlines()[1].split() == ["base", "service", "instances"]
+            rows = [ln.split() for ln in wide.stdout.splitlines() if ln.startswith(etcd_prefix)]
+            assert rows == [
+                [f"{etcd_prefix}a", "billing", "1"],
+                [f"{etcd_prefix}a", "orders", "2"],
+                [f"{etcd_prefix}b/names/deep", "orders", "1"],
+            ]
+        await decoy.aclose()

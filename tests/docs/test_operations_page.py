@@ -5,22 +5,29 @@ How the page is read (generic: any session added to the page is run the same way
 
 * A ```python block is started in the background with ``HOLD_SECONDS=600`` in its environment
   (a worker holding locks and leaderships while the commands look at them); the runner waits
-  until it prints a line ``ready`` (or exits 0), and stops it when the page is done.
+  until it prints a line ``ready`` (or exits 0), and stops it when the page is done. An
+  ``export NAME=VALUE`` line it prints before ``ready`` is applied to later commands.
+* ``$NAME`` in a command is replaced by that variable (one set by an ``export`` line), as a
+  shell would; an unset one fails the test.
 * A ```console block is a session: ``$ etcd-recipes ...`` lines are commands, the lines up to
   the next ``$`` are what they print (stdout, then stderr). A command that exits non-zero must
   show ``(exit code N)`` as its last line. Any other ``$`` line, a block with no command, or a
   page with no session fails the test: nothing on the page goes unchecked.
-* A command ending in ``&`` runs in the background: the runner goes on once it has connected
-  to etcd (or printed something) and compares its output at the end of the block; an
+* A command ending in ``&`` runs in the background: the runner goes on once it has printed
+  something or, when an etcd is known (``$ETCDCTL_ENDPOINTS``), once that etcd counts one
+  more watcher than before it started (its watch is in place: what follows is seen), and
+  compares its output at the end of the block; an
   ``export NAME=VALUE`` line it prints (``etcd-recipes dev``) is applied to later commands,
   as a reader would paste it. Background commands are stopped (SIGTERM) when the page is done.
 * Before comparing, volatile values are normalised on both sides (ports, pids, temporary
-  paths, member, cluster and lease ids, sizes, lease TTLs, raft terms and indexes, timings);
+  paths, member, cluster and lease ids, sizes, lease TTLs, raft terms and indexes, ages and
+  other timings);
   table columns are compared with their spacing collapsed; output that starts with ``{`` is
   compared as JSON documents (one per line on the real side, any layout on the page).
 
 Every command of the ``etcd-recipes`` app must appear on the page, in its table and its JSON
-form (``dev`` and ``lock run`` at least once).
+form (``dev`` and ``lock run`` at least once), and the page's exit-code table lists exactly the
+codes of :class:`etcd_recipes.cli.Exit`.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,35 +52,25 @@ pytest.importorskip("typer")
 
 import typer
 
-from etcd_recipes.cli import app
+from etcd_recipes.cli import Exit, app
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "operations.md"
 TIMEOUT = 60.0
 ONE_FORM = {"dev", "lock run"}  # shown once: a server, and a child command's own output
-# Commands built after the page was written, tested in tests/cli (test_cli_queues.py,
-# test_cli_recipes.py) but with no session on the page yet: the next docs change adds them.
-NOT_ON_THE_PAGE_YET = {
-    "queue stats",
-    "queue peek",
-    "dlq show",
-    "semaphore show",
-    "election resign",
-    "discovery ls",
-    "discovery show",
-    "cache dump",
-}
-
 _FENCE = re.compile(r"^```(\w*)")
 _TEXT_RULES = [
     (re.compile(r"/tmp/[^\s),\"]+"), "<tmp>"),
     (re.compile(r"(127\.0\.0\.1|localhost):\d+"), r"\1:<port>"),
     (re.compile(r"\bpid \d+"), "pid <n>"),
     (re.compile(r"\b[0-9a-f]{12,16}\b"), "<hex>"),
+    (re.compile(r"<hex>…"), "<hex>"),  # a table column cropped to the terminal's width
+    (re.compile(r"(/holders/[^:/\"\s]+):[0-9A-Za-z]+"), r"\1:<token>"),  # a semaphore's key
     (re.compile(r"\b\d+(\.\d+)? (B|KiB|MiB|GiB)\b"), "<size>"),
     (re.compile(r"\b\d+(\.\d+)?%"), "<pct>%"),
     (re.compile(r"\b\d{19}-[0-9A-Za-z]+\b"), "<dead-letter-id>"),
     (re.compile(r"(<hex>)\s+\d+\s*$"), r"\1 <ttl>"),  # a lock's lease and its TTL left
     (re.compile(r"raft term \d+"), "raft term <n>"),
+    (re.compile(r"\b\d+(\.\d+)?s\b"), "<seconds>s"),  # an age, a delay
     (re.compile(r"^etcd stopped \(exit code [-\d, ]+\)"), "etcd stopped (exit code <n>)"),
 ]
 _VALUED = {"--endpoints", "--cacert", "--cert", "--key", "--user", "--password", "--namespace",
@@ -86,6 +84,9 @@ _VOLATILE_KEYS = {
     "db_size_in_use",
     "quota_percent",
     "ttl_left",
+    "age",
+    "oldest_age",
+    "due_in",
 }
 
 
@@ -135,6 +136,7 @@ class Command:
     argv: list[str]
     background: bool
     expected: list[str] = field(default_factory=list)
+    raw: str = ""  # the line after "$ ", for expanding $NAME as a shell would
 
     def runs(self, name: str) -> bool:
         """Whether this is the command ``name`` (``"lock show"``), after the global options."""
@@ -183,7 +185,12 @@ def parse(text: str) -> list[Block]:
                 assert argv and argv[0] == "etcd-recipes", f"{where}: not an etcd-recipes command"
                 background = argv[-1] == "&"
                 block.commands.append(
-                    Command(block.line + n + 1, argv[:-1] if background else argv, background)
+                    Command(
+                        block.line + n + 1,
+                        argv[:-1] if background else argv,
+                        background,
+                        raw=raw[2:],
+                    )
                 )
             else:
                 assert block.commands, (
@@ -242,23 +249,6 @@ class Background:
             time.sleep(0.2)  # the reader drains the pipe
         return self.lines[:n] if len(self.lines) >= n else list(self.lines)
 
-    def connected(self) -> bool:
-        """Whether the process has a TCP connection open (to etcd: nothing else is around)."""
-        inodes = set()
-        fd_dir = Path(f"/proc/{self.proc.pid}/fd")
-        try:
-            for fd in fd_dir.iterdir():
-                target = os.readlink(fd)
-                if target.startswith("socket:["):
-                    inodes.add(target[8:-1])
-            net = Path(f"/proc/{self.proc.pid}/net")
-            table = [
-                row for name in ("tcp", "tcp6") for row in (net / name).read_text().splitlines()[1:]
-            ]
-        except OSError:
-            return False
-        return any(row.split()[3] == "01" and row.split()[9] in inodes for row in table)
-
     def stop(self) -> None:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
@@ -282,6 +272,48 @@ def _check(command: Command, actual: list[str]) -> None:
     )
 
 
+def _watchers(env: dict[str, str]) -> int | None:
+    """How many watchers the etcd in ``$ETCDCTL_ENDPOINTS`` has (its own gauge), or ``None``
+    when no etcd is known yet."""
+    endpoint = env.get("ETCDCTL_ENDPOINTS", "").split(",")[0].strip()
+    if not endpoint:
+        return None
+    url = endpoint if "://" in endpoint else f"http://{endpoint}"
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    m = re.search(r"^etcd_debugging_mvcc_watcher_total (\S+)$", text, re.MULTILINE)
+    assert m, f"{url}/metrics has no watcher gauge"
+    return int(float(m.group(1)))
+
+
+def _started(command: Command, bg: Background, env: dict[str, str], before: int | None) -> None:
+    """Wait until ``bg`` printed something or its etcd counts a new watcher (or it ended)."""
+    deadline = time.monotonic() + TIMEOUT
+    while not bg.lines and bg.proc.poll() is None:
+        if before is not None and (_watchers(env) or 0) > before:
+            return
+        assert time.monotonic() < deadline, f"line {command.line}: never started"
+        time.sleep(0.05)
+
+
+def _expand(command: Command, env: dict[str, str]) -> Command:
+    """``command`` with ``$NAME``/``${NAME}`` replaced from ``env``, outside single quotes."""
+
+    def value(m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(2)
+        assert name in env, f"operations.md:{command.line}: ${name} is not set"
+        return shlex.quote(env[name])
+
+    parts = re.findall(r"'[^']*'|[^']+", command.raw)
+    line = "".join(
+        part if part.startswith("'") else re.sub(r"\$\{(\w+)\}|\$(\w+)", value, part)
+        for part in parts
+    )
+    argv = shlex.split(line)
+    argv = argv[:-1] if command.background else argv
+    return Command(command.line, argv, command.background, command.expected, command.raw)
+
+
 def _exports(lines: list[str], env: dict[str, str]) -> None:
     for line in lines:
         m = re.match(r"^export (\w+)=(\S+)$", line)
@@ -294,7 +326,7 @@ def test_the_page_has_sessions_for_every_command() -> None:
     commands = [c for b in BLOCKS for c in b.commands]
     assert any(b.kind == "python" for b in BLOCKS)
     missing = []
-    for name in sorted(leaf_commands() - NOT_ON_THE_PAGE_YET):
+    for name in sorted(leaf_commands()):
         forms = {c.json for c in commands if c.runs(name)}
         need = {False} if name in ONE_FORM else {False, True}
         if name in ONE_FORM and forms:
@@ -326,18 +358,17 @@ def test_the_page_runs_and_prints_what_it_says(tmp_path: Path) -> None:
                         f"block at line {block.line}: {worker.lines}"
                     )
                     time.sleep(0.05)
+                _exports(worker.lines, env)
                 continue
             pending: list[tuple[Command, Background]] = []
             for command in block.commands:
+                command = _expand(command, env)
                 if command.background:
+                    before = _watchers(env)
                     bg = Background(_argv(command), dict(env), tmp_path)
                     running.append(bg)
                     pending.append((command, bg))
-                    deadline = time.monotonic() + TIMEOUT
-                    while not bg.lines and not bg.connected() and bg.proc.poll() is None:
-                        assert time.monotonic() < deadline, f"line {command.line}: never started"
-                        time.sleep(0.05)
-                    time.sleep(1.0)  # connected: give its watch a moment to be created
+                    _started(command, bg, env, before)
                     continue
                 proc = subprocess.run(
                     _argv(command), capture_output=True, text=True, env=env, cwd=tmp_path,
@@ -355,6 +386,12 @@ def test_the_page_runs_and_prints_what_it_says(tmp_path: Path) -> None:
             bg.stop()
 
 
+def test_the_exit_code_table_is_the_commands() -> None:
+    text = PAGE.read_text(encoding="utf-8")
+    codes = [int(m.group(1)) for m in re.finditer(r"^\| (\d) \|", text, re.MULTILINE)]
+    assert codes == [int(code) for code in Exit]
+
+
 def test_normalising_keeps_what_matters() -> None:
     # Volatile values match whatever they are ...
     assert normalise("etcd 127.0.0.1:2379 (pid 7, data /tmp/x/data)") == normalise(
@@ -365,6 +402,10 @@ def test_normalising_keeps_what_matters() -> None:
     assert normalise("41") != normalise("42")
     assert normalise('{"value": 41}') != normalise('{"value": 42}')
     assert normalise("holder /demo/lock/694d7d2c4e5b3a01") != normalise("waiter /demo/lock/1")
+    assert normalise("ready 1 oldest 0.5s") == normalise("ready 1 oldest 12.0s")
+    assert normalise("/l/4de4a23af1475…  9  x") == normalise("/l/f02a23bcc0faf1a 9 x")
+    assert normalise("/l/4de4a23af1475…  9  x") != normalise("/l/f02a23bcc0faf1a 10 x")
+    assert normalise('{"age": 0.5, "id": "a"}') != normalise('{"age": 0.5, "id": "b"}')
     with pytest.raises(AssertionError, match="no command"):
         parse("```console\n```\n")
     with pytest.raises(AssertionError, match="output before a command"):

@@ -1,0 +1,158 @@
+"""``dlq requeue`` and ``dlq purge`` asked twice, against real etcd and a real work queue: the
+second requeue of an id answers "already requeued" and writes nothing (exit 0); an id found
+nowhere, or a purged one, exits 3; FIFO and priority queues have no dead letters and are
+refused (exit 4) without a write."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+pytest.importorskip("typer")
+
+from typer.testing import CliRunner
+
+from etcd_recipes import (
+    DistributedPriorityQueue,
+    DistributedQueue,
+    DistributedWorkQueue,
+    EtcdClient,
+    connect,
+)
+from etcd_recipes.cli import Exit, app
+from tests.cli.schema import assert_valid
+
+
+def cli(server, *args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, ["--endpoints", server.endpoint, *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+async def revision(client: EtcdClient) -> int:
+    return (await client.status()).revision
+
+
+async def dead_letters(queue: DistributedWorkQueue, *payloads: bytes) -> list[str]:
+    """Enqueue ``payloads`` and dead-letter each (a worker giving up), oldest first."""
+    ids = [await queue.enqueue(p) for p in payloads]
+    for _ in payloads:
+        item = await queue.receive(timeout=5)
+        assert item is not None
+        await item.dead_letter("cannot parse")
+    return ids
+
+
+async def test_a_second_requeue_is_already_requeued_and_writes_nothing(
+    etcd_server, etcd_prefix
+) -> None:
+    path = f"{etcd_prefix}jobs"
+    async with connect(etcd_server.endpoint) as client:
+        async with DistributedWorkQueue(client, path) as queue:
+            first, second = await dead_letters(queue, b"one", b"two")
+            code, out, _ = await asyncio.to_thread(
+                cli, etcd_server, "-o", "json", "dlq", "requeue", path, "--id", first, "--yes"
+            )
+            assert code == 0
+            data = assert_valid(out)["data"]
+            assert (data["ids"], data["already_requeued"]) == ([first], [])
+            before = await revision(client)
+            # The same request again, also without --yes: nothing to do, nothing refused.
+            for yes in (["--yes"], []):
+                code, out, err = await asyncio.to_thread(
+                    cli, etcd_server, "-o", "json", "dlq", "requeue", path, "--id", first, *yes
+                )
+                assert code == 0, err
+                data = assert_valid(out)["data"]
+                assert (data["ids"], data["already_requeued"]) == ([], [first])
+            assert await revision(client) == before
+            # One already requeued and one still dead: the dead one is requeued, once.
+            code, out, _ = await asyncio.to_thread(
+                cli, etcd_server, "dlq", "requeue", path, "--id", first, "--id", second, "--yes"
+            )
+            assert (code, out.strip()) == (
+                0,
+                f"requeued 1 item(s): {second}; already requeued (waiting in the queue): {first}",
+            )
+            delivered = []
+            while (item := await queue.receive(timeout=1)) is not None:
+                delivered.append(item.value)
+                await item.ack()
+            assert delivered == [b"one", b"two"]  # each exactly once, in their original order
+            # Acknowledged: found nowhere now, so not found -- and still nothing written.
+            before = await revision(client)
+            code, _, err = await asyncio.to_thread(
+                cli, etcd_server, "dlq", "requeue", path, "--id", first, "--yes"
+            )
+            assert code == Exit.NOT_FOUND and f"no dead letter {first}" in err
+            assert await revision(client) == before
+
+
+async def test_a_dry_run_of_an_already_requeued_id_writes_nothing(etcd_server, etcd_prefix) -> None:
+    path = f"{etcd_prefix}jobs"
+    async with connect(etcd_server.endpoint) as client:
+        async with DistributedWorkQueue(client, path) as queue:
+            [item_id] = await dead_letters(queue, b"job")
+            assert await queue.requeue_dead_letter(item_id)
+            before = await revision(client)
+            code, out, _ = await asyncio.to_thread(
+                cli, etcd_server, "dlq", "requeue", path, "--id", item_id, "--dry-run"
+            )
+            assert code == 0 and "already requeued" in out and "would requeue 0" in out
+            assert await revision(client) == before
+
+
+async def test_purging_twice_is_not_found_and_a_queued_id_is_named(
+    etcd_server, etcd_prefix
+) -> None:
+    path = f"{etcd_prefix}jobs"
+    async with connect(etcd_server.endpoint) as client:
+        async with DistributedWorkQueue(client, path) as queue:
+            [item_id] = await dead_letters(queue, b"job")
+            code, out, _ = await asyncio.to_thread(
+                cli, etcd_server, "dlq", "purge", path, "--id", item_id, "--yes"
+            )
+            assert (code, out.strip()) == (0, f"purged 1 item(s): {item_id}")
+            before = await revision(client)
+            code, _, err = await asyncio.to_thread(
+                cli, etcd_server, "dlq", "purge", path, "--id", item_id, "--yes"
+            )
+            assert code == Exit.NOT_FOUND and f"no dead letter {item_id}" in err
+            queued = await queue.enqueue(b"live")
+            after_enqueue = await revision(client)
+            code, _, err = await asyncio.to_thread(
+                cli, etcd_server, "dlq", "purge", path, "--id", queued, "--yes"
+            )
+            assert code == Exit.NOT_FOUND and "queued, not dead" in err
+            assert await revision(client) == after_enqueue > before
+            item = await queue.receive(timeout=5)  # the live item is untouched
+            assert item is not None and item.value == b"live"
+            await item.ack()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "priority"])
+async def test_fifo_and_priority_queues_have_no_dead_letters(
+    etcd_server, etcd_prefix, kind
+) -> None:
+    path = f"{etcd_prefix}{kind}"
+    async with connect(etcd_server.endpoint) as client:
+        if kind == "fifo":
+            await DistributedQueue(client, path).enqueue(b"job")
+        else:
+            await DistributedPriorityQueue(client, path).enqueue(b"job", 1)
+        before = await revision(client)
+        for args in (
+            ["dlq", "ls", path],
+            ["dlq", "show", path, "--id", "x"],
+            ["dlq", "requeue", path, "--all", "--yes"],
+            ["dlq", "purge", path, "--id", "x", "--yes"],
+        ):
+            code, out, err = await asyncio.to_thread(cli, etcd_server, *args)
+            assert code == Exit.REFUSED, (args, out, err)
+            assert f"is a {kind} queue: only a work queue has dead letters" in err
+        assert await revision(client) == before
+        code, out, _ = await asyncio.to_thread(
+            cli, etcd_server, "-o", "json", "queue", "stats", path
+        )
+        assert json.loads(out)["data"]["ready"] == 1  # the item is still there
