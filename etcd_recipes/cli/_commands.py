@@ -26,7 +26,7 @@ from .. import (
     get_participants,
 )
 from ..errors import CodecError, InvalidArgumentError, LockLostError, LockTimeoutError
-from ..queues.inspection import detect_queue_kind, peek_queue, queue_stats
+from ..queues.inspection import detect_queue_kind, in_flight, peek_queue, queue_stats
 from ._app import CommandError, Exit, app, confirm, emit, run
 
 lock_app = typer.Typer(help="Mutexes (also etcdctl lock and Go's concurrency.Mutex).")
@@ -375,13 +375,15 @@ async def work_queue_only(client: EtcdClient, path: str) -> None:
         )
 
 
-async def _queued(client: EtcdClient, path: str) -> set[str]:
-    """The ids of the work queue's ready and delayed items (what ``queue peek`` lists)."""
+async def _queued(client: EtcdClient, path: str, ids: list[str]) -> set[str]:
+    """Which of ``ids`` are back in the work queue: ready or delayed (what ``queue peek``
+    lists), or already taken again by a consumer (in flight)."""
+    found = await in_flight(client, path, ids)
     stats = await queue_stats(client, path, kind="work")
     waiting = 0 if stats is None else stats.ready + stats.delayed
-    if not waiting:
-        return set()
-    return {e.id for e in await peek_queue(client, path, waiting, kind="work")}
+    if waiting:
+        found |= {e.id for e in await peek_queue(client, path, waiting, kind="work")}
+    return found & set(ids)
 
 
 def _dlq_change(
@@ -398,7 +400,7 @@ def _dlq_change(
             present = [d.id for d in await queue.dead_letters()]
             wanted = present if all_ else list(dict.fromkeys(ids))
             absent = [i for i in wanted if i not in present]
-            queued = await _queued(client, path) if absent else set()
+            queued = await _queued(client, path, absent) if absent else set()
             # A requeued item is no longer dead but waits in the queue again: asking for it
             # twice is the same request, answered "already requeued" with nothing written.
             already = [i for i in absent if i in queued] if verb == "requeue" else []
@@ -422,7 +424,7 @@ def _dlq_change(
                 change = queue.requeue_dead_letter if verb == "requeue" else queue.purge_dead_letter
                 (done if await change(item_id) else gone).append(item_id)
             if gone:  # another operator moved them between the read and the write
-                queued = await _queued(client, path)
+                queued = await _queued(client, path, gone)
                 if verb == "requeue":
                     already += [i for i in gone if i in queued]
                 gone = [i for i in gone if i not in already]
@@ -431,7 +433,7 @@ def _dlq_change(
         action = f"would {verb}" if dry_run else {"requeue": "requeued", "purge": "purged"}[verb]
         line = f"{action} {len(done)} item(s): {', '.join(done) or '-'}"
         if already:
-            line += f"; already requeued (waiting in the queue): {', '.join(already)}"
+            line += f"; already requeued (back in the queue): {', '.join(already)}"
         data: dict[str, Any] = {"path": path, "ids": done, "dry_run": dry_run}
         if verb == "requeue":
             data["already_requeued"] = already
@@ -456,9 +458,9 @@ def dlq_requeue(
 ) -> None:
     """Put dead letters back in the queue at their original place, with fresh attempts.
 
-    Idempotent: an --id already requeued (no longer dead, waiting in the queue) is reported
-    "already requeued" and nothing is written (exit 0); an id found nowhere exits 3. An item
-    requeued and since received by a consumer (in flight) or acknowledged is found nowhere.
+    Idempotent: an --id already requeued (no longer dead: waiting in the queue, or received
+    again and in flight) is reported "already requeued" and nothing is written (exit 0); an
+    id found nowhere (never dead, or requeued and since acknowledged) exits 3.
     Only work queues have dead letters: a FIFO or priority queue's path is refused (exit 4).
     """
     _dlq_change(ctx, path, ids, all_, dry_run, yes, "requeue")

@@ -37,6 +37,7 @@ Example::
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, get_args
 
@@ -56,6 +57,7 @@ __all__ = [
     "QueueStats",
     "QueuedEntry",
     "detect_queue_kind",
+    "in_flight",
     "peek_queue",
     "queue_stats",
 ]
@@ -363,3 +365,31 @@ async def _work_peek(
             )
         )
     return out
+
+
+async def in_flight(client: EtcdClient, path: str, item_ids: Iterable[str]) -> set[str]:
+    """Which of ``item_ids`` are in flight in the work queue at ``path`` right now: claimed by
+    a consumer, neither acknowledged, requeued nor dead-lettered yet. One read.
+
+    Example::
+
+        from etcd_recipes import DistributedWorkQueue
+        from etcd_recipes.queues.inspection import in_flight
+
+        async with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
+            item_id = await queue.enqueue(b"job")
+            assert await in_flight(client, f"{prefix}/jobs", [item_id]) == set()
+            item = await queue.receive()
+            assert await in_flight(client, f"{prefix}/jobs", [item_id]) == {item_id}
+            await item.ack()
+    """
+    client, path = check_client(client), check_path(path)
+    ids = list(dict.fromkeys(item_ids))
+    for item_id in ids:
+        if not isinstance(item_id, str) or not item_id or "/" in item_id:
+            raise InvalidArgumentError(f"an item id is a non-empty str without '/': {item_id!r}")
+    if not ids:
+        return set()
+    claimed = WorkKeys.under(path).claimed
+    reads = (await client.txn([], [Op.get(claimed + i, count_only=True) for i in ids])).responses
+    return {i for i, r in zip(ids, reads, strict=True) if isinstance(r, RangeResult) and r.count}

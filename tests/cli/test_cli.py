@@ -232,7 +232,7 @@ async def test_dlq_requeue_delivers_once_and_dry_run_writes_nothing(
         )
         assert (code, out.strip()) == (
             0,
-            f"requeued 0 item(s): -; already requeued (waiting in the queue): {dead.id}",
+            f"requeued 0 item(s): -; already requeued (back in the queue): {dead.id}",
         )
         assert (await client.status()).revision == rev  # twice: no change
         item = await other.receive(timeout=5)

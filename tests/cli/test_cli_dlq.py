@@ -73,9 +73,20 @@ async def test_a_second_requeue_is_already_requeued_and_writes_nothing(
             )
             assert (code, out.strip()) == (
                 0,
-                f"requeued 1 item(s): {second}; already requeued (waiting in the queue): {first}",
+                f"requeued 1 item(s): {second}; already requeued (back in the queue): {first}",
             )
-            delivered = []
+            # Received again and in flight: still "already requeued", still nothing written.
+            taken = await queue.receive(timeout=5)
+            assert taken is not None and taken.id == first
+            before = await revision(client)
+            code, out, err = await asyncio.to_thread(
+                cli, etcd_server, "-o", "json", "dlq", "requeue", path, "--id", first, "--yes"
+            )
+            assert code == 0, err
+            assert assert_valid(out)["data"]["already_requeued"] == [first]
+            assert await revision(client) == before
+            await taken.ack()
+            delivered = [taken.value]
             while (item := await queue.receive(timeout=1)) is not None:
                 delivered.append(item.value)
                 await item.ack()
