@@ -2,7 +2,7 @@
 
 Run by hand (not part of the test suite)::
 
-    .venv/bin/python benchmarks/metrics_overhead.py [--rounds 30] [--cycles 200] [--items 200]
+    .venv/bin/python benchmarks/metrics_overhead.py [--rounds 30] [--cycles 100] [--items 100]
                                                     [--only mutex|queue] [--profile VARIANT]
                                                     [--endpoint HOST:PORT] [--json out.json]
 
@@ -267,8 +267,8 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--cycles", type=int, default=200, help="mutex cycles per round")
-    parser.add_argument("--items", type=int, default=200, help="receive+acks per round")
+    parser.add_argument("--cycles", type=int, default=100, help="mutex cycles per round")
+    parser.add_argument("--items", type=int, default=100, help="receive+acks per round")
     parser.add_argument("--only", choices=WORKLOADS)
     parser.add_argument("--profile", choices=VARIANTS)
     parser.add_argument("--endpoint")
