@@ -26,16 +26,22 @@ __all__ = ["WorkItem"]
 class _Claim:
     """What a :class:`WorkItem` needs to settle its claim."""
 
-    __slots__ = ("data", "lease_id", "queue", "revision", "settled")
+    __slots__ = ("context", "data", "lease_id", "queue", "revision", "settled")
 
     def __init__(
-        self, queue: DistributedWorkQueue[Any], data: bytes, revision: int, lease_id: int
+        self,
+        queue: DistributedWorkQueue[Any],
+        data: bytes,
+        revision: int,
+        lease_id: int,
+        context: bytes | None = None,
     ) -> None:
         self.queue = queue
         self.data = data
         self.revision = revision  # the claim transaction's revision = the marker's create rev
         self.lease_id = lease_id  # the lease the marker lives on
         self.settled = False
+        self.context = context  # the producer's trace context (tracing on), or None
 
 
 class WorkItem(Generic[ValueT]):
@@ -69,6 +75,25 @@ class WorkItem(Generic[ValueT]):
         self.attempt: int = attempt
         """Which delivery this is (1 for the first)."""
         self._claim = claim
+
+    @property
+    def trace_context(self) -> bytes | None:
+        """The trace context the producer stored with the item, as its queue's
+        ``trace_propagation`` wrote it (W3C headers as JSON for
+        :class:`etcd_recipes.contrib.otel.TraceContextPropagation`); ``None`` when the producer
+        or this consumer has propagation off. Untrusted bytes from another process.
+
+        Example::
+
+            from etcd_recipes import DistributedWorkQueue
+
+            async with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
+                await queue.enqueue(b"job")
+                item = await queue.receive()
+                assert item.trace_context is None    # propagation is off by default
+                await item.ack()
+        """
+        return self._claim.context
 
     @property
     def is_settled(self) -> bool:
