@@ -3,9 +3,10 @@
 One :class:`Meter` per sink object (:func:`meter_for`), shared by every client, recipe and
 thread that reports to it. Events (every :class:`~etcd_recipes.EtcdMetrics` method except
 ``start_span``) are put on a queue and delivered, in order, by **one daemon thread per sink**,
-in batches: once woken by an event, the thread waits :data:`LINGER_SECONDS` for more before
-delivering them all, so a busy recipe costs one thread wake-up per batch, not one per event
-(an event reaches the sink at most about that much later; :meth:`Meter.flush` does not wait):
+in batches: the first event after a quiet spell is delivered at once, later ones at most one
+batch per :data:`LINGER_SECONDS`, so a busy recipe costs one thread wake-up per batch, not one
+per event (an event reaches the sink at most about that much later; :meth:`Meter.flush`
+does not wait):
 
 * a sink method that raises is counted (``errors``) and logged once per method at WARNING;
   the recipe never sees it;
@@ -55,8 +56,9 @@ log = library_logger("etcd_recipes.metrics")
 MAX_PENDING = 10_000
 """Events queued for a sink's thread beyond which new events are dropped (and counted)."""
 
-LINGER_SECONDS = 0.02
-"""How long the sink's thread waits, once woken, for more events before delivering a batch."""
+LINGER_SECONDS = 0.005
+"""The least time between two batches the sink's thread delivers (the first event after a
+quiet spell is delivered at once)."""
 
 SLOW_SPAN_SECONDS = 0.05
 """A ``start_span``/``end`` call slower than this switches spans off for that sink."""
@@ -167,18 +169,23 @@ class Meter:
 
     @staticmethod
     def _run(ref: weakref.ref[Meter], wake: threading.Event, hurry: threading.Event) -> None:
+        drained = 0.0
         while True:
             wake.wait()
             wake.clear()
-            # Linger so that the events of the next few milliseconds come in one batch: one
-            # wake-up (and one GIL hand-over) per batch instead of one per event.
-            hurry.wait(LINGER_SECONDS)
+            # The first event after a quiet spell is delivered at once; while events keep
+            # coming, at most one batch per LINGER_SECONDS: one wake-up (and one GIL hand-over)
+            # per batch instead of one per event.
+            pause = drained + LINGER_SECONDS - time.monotonic()
+            if pause > 0:
+                hurry.wait(pause)
             hurry.clear()
             self = ref()
             if self is None:
                 return
             self._drain()
             del self
+            drained = time.monotonic()
 
     def _drain(self) -> None:
         """Deliver queued events until none is left, then mark the thread idle."""

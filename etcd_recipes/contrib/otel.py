@@ -141,7 +141,8 @@ class OpenTelemetryMetrics(EtcdMetrics):
     Spans are named after the operation (``lock.acquire``, ``queue.receive``...), kind
     PRODUCER for ``queue.enqueue``, CONSUMER for ``queue.receive`` and INTERNAL otherwise,
     with the attributes ``etcd_recipes.recipe``, ``etcd_recipes.name``, ``etcd_recipes.path``,
-    ``etcd_recipes.outcome`` and each attribute the library passes as ``etcd_recipes.<key>``.
+    ``etcd_recipes.outcome`` and each attribute the library passes as ``etcd_recipes.<key>``
+    (the messaging conventions' ``messaging.*`` keep their names).
 
     Example::
 
@@ -297,8 +298,9 @@ class OpenTelemetryMetrics(EtcdMetrics):
             "etcd_recipes.path": path,
         }
         for key, value in attributes.items():
-            if value is not None:
-                attrs[f"etcd_recipes.{key}"] = _attribute(value)
+            if value is not None:  # OpenTelemetry's own conventions keep their names
+                name = key if key.startswith("messaging.") else f"etcd_recipes.{key}"
+                attrs[name] = _attribute(value)
         kind = _KINDS.get(operation, SpanKind.INTERNAL)
         return _OtelSpan(self._tracer.start_span(operation, kind=kind, attributes=attrs))
 

@@ -73,6 +73,7 @@ async def test_the_producers_context_reaches_a_consumer_on_another_client(
             item_id = await producer.enqueue(b"ship-7")
         (enqueue,) = producer_side.spans("queue.enqueue")
         sent = enqueue.get_span_context()
+        assert sent is not None
         # Stored beside the item: the W3C traceparent of the queue.enqueue span itself.
         stored = (await dump(pc, path + "/trace/"))[item_id]
         fields = json.loads(stored)
@@ -83,9 +84,7 @@ async def test_the_producers_context_reaches_a_consumer_on_another_client(
         item = await consumer.receive(timeout=10)
         assert item is not None and item.id == item_id
         assert item.trace_context == stored
-        with consumer_side.tracer.start_as_current_span(
-            "ship", context=propagation.extract(item)
-        ) as ship:
+        with consumer_side.tracer.start_as_current_span("ship", context=propagation.extract(item)):
             pass
         assert await item.ack()
 
@@ -99,6 +98,7 @@ async def test_the_producers_context_reaches_a_consumer_on_another_client(
         ]
         assert span.parent is None
     # extract() makes the producer's span the parent of a handler's span.
+    (ship,) = consumer_side.spans("ship")
     assert ship.parent is not None
     assert (ship.parent.trace_id, ship.parent.span_id) == (sent.trace_id, sent.span_id)
 
