@@ -19,11 +19,12 @@ Guaranteed, for every metered call (``enqueue``, ``enqueue_all``, ``dequeue``/``
   after their claim expired are one ``queue_redelivered(count)`` per sweep, and orphans it
   dead-letters (their last allowed delivery) one ``dead_letter`` operation each.
 
-Trace propagation (opt-in, ``trace_propagation=`` on a work queue): an enqueue stores what
-:meth:`TracePropagation.inject` returns for its span beside each item, and a consumer that
-also has it passes the stored bytes to :meth:`TracePropagation.link` with its
-``queue.receive`` and ``queue.settle`` spans. A propagation that raises or returns something
-unusable is logged once and ignored: the item is enqueued or received all the same.
+Trace propagation (opt-in, ``trace_propagation=`` on a work queue, a
+:class:`~etcd_recipes.queues.item.TracePropagation`): an enqueue stores what its ``inject``
+returns for its span beside each item, and a consumer that also has one passes the stored
+bytes to its ``link`` with the ``queue.receive`` and ``queue.settle`` spans. A propagation
+that raises or returns something unusable is logged once and ignored: the item is enqueued
+or received all the same.
 
 Not guaranteed: a call refused before it starts (bad input, a closed queue) reports nothing;
 events are delivered by the dispatcher's thread (``_core/metering.py``), so a stuck sink may
@@ -35,18 +36,17 @@ from __future__ import annotations
 import asyncio
 import time
 from types import TracebackType
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import TypeVar
 
 from .._core.logctx import library_logger
 from .._core.metering import RecipeMeter, SpanHandle
 from ..errors import InvalidArgumentError, LeaseNotFoundError, RecipeClosedError
 from ..events import LeaseEvent, LeaseExpired
-from ..metrics import MetricsSpan
+from .item import TracePropagation
 
 __all__ = [
     "MAX_CONTEXT_BYTES",
     "Metered",
-    "TracePropagation",
     "batch_size",
     "check_propagation",
     "lease_lost_kind",
@@ -57,7 +57,7 @@ __all__ = [
 log = library_logger("etcd_recipes.work_queue")
 
 MAX_CONTEXT_BYTES = 4096
-"""A trace context :meth:`TracePropagation.inject` returns is stored only up to this size."""
+"""A trace context a propagation's ``inject`` returns is stored only up to this size."""
 
 T = TypeVar("T")
 
@@ -104,36 +104,6 @@ def report_lease_loss(meter: RecipeMeter, event: LeaseEvent) -> None:
     kind = lease_lost_kind(event)
     if kind is not None:
         meter.lease_lost(kind)
-
-
-@runtime_checkable
-class TracePropagation(Protocol):
-    """How a work queue carries trace context from producer to consumer (off by default).
-
-    The library treats the context as opaque bytes and imports no tracing package; an
-    implementation such as :class:`etcd_recipes.contrib.otel.TraceContextPropagation` (W3C
-    ``traceparent``/``tracestate``) turns spans into bytes and back. Both methods may raise or
-    return junk: the queue logs it once and carries on without a context.
-
-    Example::
-
-        class Tagged:                       # a toy propagation: the producer's host name
-            def inject(self, span):
-                return b"host-a"
-            def link(self, span, context):
-                print("produced on", context.decode())
-
-        queue = DistributedWorkQueue(client, f"{prefix}/jobs", trace_propagation=Tagged())
-    """
-
-    def inject(self, span: MetricsSpan | None) -> bytes | None:
-        """The context to store with an item being enqueued: that of ``span`` (the sink's
-        ``queue.enqueue`` span; ``None`` when the sink makes no spans: use the current one), or
-        ``None`` to store nothing."""
-
-    def link(self, span: MetricsSpan, context: bytes) -> None:
-        """Relate the consumer's ``span`` (``queue.receive`` or ``queue.settle``) to the
-        producer's stored ``context`` (bytes from another process: validate them)."""
 
 
 def check_propagation(propagation: object) -> TracePropagation | None:

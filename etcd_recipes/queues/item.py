@@ -12,15 +12,53 @@ on :attr:`WorkItem.id`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Generic
+from typing import TYPE_CHECKING, Any, Generic, Protocol, runtime_checkable
 
 from .._core.validate import check_delay, check_reason
 from ..codecs import ValueT
+from ..metrics import MetricsSpan
 
 if TYPE_CHECKING:
     from .work import DistributedWorkQueue
 
-__all__ = ["WorkItem"]
+__all__ = ["TracePropagation", "WorkItem"]
+
+
+@runtime_checkable
+class TracePropagation(Protocol):
+    """How a work queue carries trace context from producer to consumer (off by default).
+
+    The library treats the context as opaque bytes and imports no tracing package; an
+    implementation such as :class:`etcd_recipes.contrib.otel.TraceContextPropagation` (W3C
+    ``traceparent``/``tracestate``) turns spans into bytes and back. Both methods may raise or
+    return junk: the queue logs it once and carries on without a context.
+
+    Example::
+
+        from etcd_recipes import DistributedWorkQueue
+
+        class Tagged:                       # a toy propagation: the producer's host name
+            def inject(self, span):
+                return b"host-a"
+            def link(self, span, context):
+                print("produced on", context.decode())
+
+        tagged = Tagged()
+        async with DistributedWorkQueue(client, f"{prefix}/jobs", trace_propagation=tagged) as q:
+            await q.enqueue(b"job")                 # stores b"host-a" beside the item
+            item = await q.receive()
+            assert item.trace_context == b"host-a"  # link() needs a sink that makes spans
+            await item.ack()
+    """
+
+    def inject(self, span: MetricsSpan | None) -> bytes | None:
+        """The context to store with an item being enqueued: that of ``span`` (the sink's
+        ``queue.enqueue`` span; ``None`` when the sink makes no spans: use the current one), or
+        ``None`` to store nothing."""
+
+    def link(self, span: MetricsSpan, context: bytes) -> None:
+        """Relate the consumer's ``span`` (``queue.receive`` or ``queue.settle``) to the
+        producer's stored ``context`` (bytes from another process: validate them)."""
 
 
 class _Claim:

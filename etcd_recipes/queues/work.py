@@ -105,7 +105,7 @@ from ..types import KeyValue
 from ._claims import Claimer
 from ._consumer import RECEIVE_CALL, ConsumerLease
 from ._layout import Snapshot, WorkKeys, check_id, item_name, ready_millis
-from ._metering import Metered, TracePropagation, batch_size, check_propagation, report_lease_loss
+from ._metering import Metered, batch_size, check_propagation, report_lease_loss
 from ._sweep import Sweeps
 from ._take import (
     Waits,
@@ -118,7 +118,7 @@ from ._take import (
 )
 from .config import WorkQueueConfig
 from .dead_letters import DeadLetter, _list_dead, _purge_dead, _requeue_dead
-from .item import WorkItem, _Claim
+from .item import TracePropagation, WorkItem, _Claim
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
