@@ -2,7 +2,11 @@
 
 One :class:`Meter` per sink object (:func:`meter_for`), shared by every client, recipe and
 thread that reports to it. Events (every :class:`~etcd_recipes.EtcdMetrics` method except
-``start_span``) are put on a queue and delivered, in order, by **one daemon thread per sink**:
+``start_span``) are put on a queue and delivered, in order, by **one daemon thread per sink**,
+in batches: the first event after a quiet spell is delivered at once, later ones at most one
+batch per :data:`LINGER_SECONDS`, so a busy recipe costs one thread wake-up per batch, not one
+per event (an event reaches the sink at most about that much later; :meth:`Meter.flush`
+does not wait):
 
 * a sink method that raises is counted (``errors``) and logged once per method at WARNING;
   the recipe never sees it;
@@ -25,10 +29,10 @@ registers no ``atexit`` hook, so it never delays an interpreter's exit or a Ctrl
 from __future__ import annotations
 
 import os
-import queue
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +41,7 @@ from ..metrics import EtcdMetrics, MetricsSpan
 from .logctx import library_logger
 
 __all__ = [
+    "LINGER_SECONDS",
     "MAX_PENDING",
     "SLOW_SPAN_SECONDS",
     "Meter",
@@ -50,6 +55,10 @@ log = library_logger("etcd_recipes.metrics")
 
 MAX_PENDING = 10_000
 """Events queued for a sink's thread beyond which new events are dropped (and counted)."""
+
+LINGER_SECONDS = 0.005
+"""The least time between two batches the sink's thread delivers (the first event after a
+quiet spell is delivered at once)."""
 
 SLOW_SPAN_SECONDS = 0.05
 """A ``start_span``/``end`` call slower than this switches spans off for that sink."""
@@ -99,10 +108,11 @@ class Meter:
     def __init__(self, sink: EtcdMetrics) -> None:
         self.sink = sink
         self._wanted = _overridden(sink)
-        self._queue: queue.SimpleQueue[tuple[str, tuple[Any, ...]] | threading.Event] = (
-            queue.SimpleQueue()
-        )
+        self._events: deque[tuple[str, tuple[Any, ...]] | threading.Event] = deque()
         self._lock = threading.Lock()
+        self._wake = threading.Event()  # set when events wait and the thread is idle
+        self._hurry = threading.Event()  # set by flush(): deliver without lingering
+        self._idle = True  # under _lock: the thread waits for _wake (nothing to deliver)
         self._thread: threading.Thread | None = None
         self._pid = 0
         self._pending = 0
@@ -132,20 +142,25 @@ class Meter:
             if self._pending >= MAX_PENDING:
                 self._dropped += 1
                 return
-            self._pending += 1
             if self._thread is None or self._pid != os.getpid():
                 self._start_thread()
-        self._queue.put((method, args))
+            self._pending += 1
+            self._events.append((method, args))
+            wake, self._idle = self._idle, False
+        if wake:
+            self._wake.set()
 
     def _start_thread(self) -> None:  # under self._lock
         if self._pid != os.getpid() and self._thread is not None:
-            # A forked child: the parent's thread does not exist here; its queue is ours.
-            self._queue = queue.SimpleQueue()
-            self._pending = 1
+            # A forked child: the parent's thread does not exist here, nor do its events.
+            self._events = deque()
+            self._pending = 0
+            self._wake, self._hurry = threading.Event(), threading.Event()
+        self._idle = True
         self._pid = os.getpid()
         thread = threading.Thread(
             target=self._run,
-            args=(weakref.ref(self), self._queue),
+            args=(weakref.ref(self), self._wake, self._hurry),
             name=f"etcd-recipes-metrics[{type(self.sink).__name__}]",
             daemon=True,
         )
@@ -153,18 +168,35 @@ class Meter:
         thread.start()
 
     @staticmethod
-    def _run(
-        ref: weakref.ref[Meter],
-        q: queue.SimpleQueue[tuple[str, tuple[Any, ...]] | threading.Event],
-    ) -> None:
+    def _run(ref: weakref.ref[Meter], wake: threading.Event, hurry: threading.Event) -> None:
+        drained = 0.0
         while True:
-            item = q.get()
+            wake.wait()
+            wake.clear()
+            # The first event after a quiet spell is delivered at once; while events keep
+            # coming, at most one batch per LINGER_SECONDS: one wake-up (and one GIL hand-over)
+            # per batch instead of one per event.
+            pause = drained + LINGER_SECONDS - time.monotonic()
+            if pause > 0:
+                hurry.wait(pause)
+            hurry.clear()
             self = ref()
             if self is None:
                 return
+            self._drain()
+            del self
+            drained = time.monotonic()
+
+    def _drain(self) -> None:
+        """Deliver queued events until none is left, then mark the thread idle."""
+        while True:
+            with self._lock:
+                if not self._events:
+                    self._idle = True
+                    return
+                item = self._events.popleft()
             if isinstance(item, threading.Event):
                 item.set()
-                del self
                 continue
             method, args = item
             try:
@@ -185,17 +217,21 @@ class Meter:
             with self._lock:
                 self._pending -= 1
                 self._delivered += 1
-            del self
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every event queued so far was delivered; ``False`` on timeout.
 
         For tests and shutdown paths; recipes never call it."""
+        marker = threading.Event()
         with self._lock:
             if self._thread is None or self._pid != os.getpid():
                 return True
-        marker = threading.Event()
-        self._queue.put(marker)
+            self._events.append(marker)
+            wake, self._idle = self._idle, False
+            hurry = self._hurry
+        hurry.set()
+        if wake:
+            self._wake.set()
         return marker.wait(timeout)
 
     def stats(self) -> MeterStats:
@@ -264,6 +300,11 @@ class SpanHandle:
     def __init__(self, meter: Meter | None, span: MetricsSpan | None) -> None:
         self._meter = meter
         self._span = span
+
+    @property
+    def span(self) -> MetricsSpan | None:
+        """The sink's span while it is open (``None`` once ended, or when spans are off)."""
+        return self._span
 
     def end(self, outcome: str, error: BaseException | None = None) -> None:
         span, self._span = self._span, None

@@ -19,9 +19,15 @@ Guaranteed:
   made current (nothing is attached to a context the library would have to detach), and
   ends exactly once, with status ERROR on an error outcome.
 
-Not guaranteed: trace context does not travel with queue items (a consumer's
-``queue.receive`` span is not linked to the producer's ``queue.enqueue``); events the library
-dropped (a full sink queue) are not recorded.
+Trace context travels with work items only when asked: a
+:class:`~etcd_recipes.DistributedWorkQueue` given ``trace_propagation=TraceContextPropagation()``
+stores the W3C ``traceparent``/``tracestate`` of its ``queue.enqueue`` span beside each item,
+and a consumer queue given one too **links** its ``queue.receive`` and ``queue.settle`` spans
+to it (a link, not a parent, as the messaging conventions advise). Off by default: the keys a
+queue writes are then exactly the JVM library's.
+
+Not guaranteed: events the library dropped (a full sink queue) are not recorded; a context
+from a producer without propagation, or one that does not parse, links nothing.
 
 Example::
 
@@ -40,20 +46,23 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 try:
     from opentelemetry import metrics, trace
-    from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Span, SpanContext, SpanKind, Status, StatusCode
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "etcd_recipes.contrib.otel needs opentelemetry-api: pip install 'etcd-recipes[otel]'"
     ) from exc
 
-from .. import EtcdMetrics, InvalidArgumentError, MetricsSpan
+from .. import EtcdMetrics, InvalidArgumentError, MetricsSpan, WorkItem
 
-__all__ = ["ERROR_OUTCOMES", "SPAN_OPERATIONS", "OpenTelemetryMetrics"]
+__all__ = ["ERROR_OUTCOMES", "SPAN_OPERATIONS", "OpenTelemetryMetrics", "TraceContextPropagation"]
 
 SCOPE = "etcd_recipes"
 try:
@@ -132,7 +141,8 @@ class OpenTelemetryMetrics(EtcdMetrics):
     Spans are named after the operation (``lock.acquire``, ``queue.receive``...), kind
     PRODUCER for ``queue.enqueue``, CONSUMER for ``queue.receive`` and INTERNAL otherwise,
     with the attributes ``etcd_recipes.recipe``, ``etcd_recipes.name``, ``etcd_recipes.path``,
-    ``etcd_recipes.outcome`` and each attribute the library passes as ``etcd_recipes.<key>``.
+    ``etcd_recipes.outcome`` and each attribute the library passes as ``etcd_recipes.<key>``
+    (the messaging conventions' ``messaging.*`` keep their names).
 
     Example::
 
@@ -288,7 +298,94 @@ class OpenTelemetryMetrics(EtcdMetrics):
             "etcd_recipes.path": path,
         }
         for key, value in attributes.items():
-            if value is not None:
-                attrs[f"etcd_recipes.{key}"] = _attribute(value)
+            if value is not None:  # OpenTelemetry's own conventions keep their names
+                name = key if key.startswith("messaging.") else f"etcd_recipes.{key}"
+                attrs[name] = _attribute(value)
         kind = _KINDS.get(operation, SpanKind.INTERNAL)
         return _OtelSpan(self._tracer.start_span(operation, kind=kind, attributes=attrs))
+
+
+_W3C = TraceContextTextMapPropagator()
+_FIELDS = ("traceparent", "tracestate")
+
+
+class TraceContextPropagation:
+    """W3C trace context through work items: pass it as a work queue's ``trace_propagation``.
+
+    On enqueue it stores ``{"traceparent": ..., "tracestate": ...}`` (compact JSON) of the
+    ``queue.enqueue`` span -- or, when the queue's sink makes no spans, of the caller's
+    current span -- under ``<queue>/trace/<id>``, in the enqueue's transaction; ``ack()`` and
+    purging a dead letter delete it with the item (a requeue or a dead letter keeps it). A
+    consumer queue with propagation adds a link to that context to its ``queue.receive`` and
+    ``queue.settle`` spans, and :meth:`extract` gives the producer's context to a handler that
+    wants its own span as a child (or linked).
+
+    Guaranteed: nothing is stored when there is no valid current span; a stored context that
+    is not JSON, has no valid ``traceparent`` or is too large links nothing and never fails
+    a receive. Not guaranteed: JVM consumers know nothing of ``trace/``: turn it on only when
+    every consumer of the queue is this library (an item a JVM consumer acks leaves its
+    context behind).
+
+    Example::
+
+        from opentelemetry.sdk.trace import TracerProvider
+        from etcd_recipes import DistributedWorkQueue
+        from etcd_recipes.contrib.otel import TraceContextPropagation
+
+        tracer = TracerProvider().get_tracer("shop")
+        propagation = TraceContextPropagation()
+        async with DistributedWorkQueue(
+            client, f"{prefix}/jobs", trace_propagation=propagation
+        ) as queue:
+            with tracer.start_as_current_span("checkout") as checkout:
+                await queue.enqueue(b"ship-order-7")
+            item = await queue.receive()
+            with tracer.start_as_current_span("ship", context=propagation.extract(item)) as ship:
+                assert ship.parent.trace_id == checkout.get_span_context().trace_id
+            await item.ack()
+    """
+
+    def __repr__(self) -> str:
+        return "<TraceContextPropagation W3C>"
+
+    def inject(self, span: MetricsSpan | None) -> bytes | None:
+        """The context to store for ``span`` (this sink's span) or the current span; ``None``
+        when there is no valid one."""
+        context = trace.set_span_in_context(span.span) if isinstance(span, _OtelSpan) else None
+        carrier: dict[str, str] = {}
+        _W3C.inject(carrier, context=context)
+        if "traceparent" not in carrier:
+            return None
+        fields = {k: carrier[k] for k in _FIELDS if carrier.get(k)}
+        return json.dumps(fields, separators=(",", ":")).encode()
+
+    def span_context(self, stored: bytes | None) -> SpanContext | None:
+        """The producer's span context in ``stored`` bytes (``None``: absent or invalid)."""
+        if not stored:
+            return None
+        try:
+            fields = json.loads(stored)
+        except ValueError:
+            return None
+        if not isinstance(fields, dict):
+            return None
+        carrier = {k: v for k, v in fields.items() if k in _FIELDS and isinstance(v, str)}
+        found = trace.get_current_span(_W3C.extract(carrier, context=Context()))
+        context = found.get_span_context()
+        return context if context.is_valid else None
+
+    def extract(self, item: WorkItem[Any] | bytes | None) -> Context:
+        """A context whose current span is the producer's (a parent for a handler's span:
+        ``tracer.start_as_current_span("handle", context=propagation.extract(item))``), or
+        an empty context when ``item`` carries none (a new trace)."""
+        stored = item.trace_context if isinstance(item, WorkItem) else item
+        context = self.span_context(stored)
+        if context is None:
+            return Context()
+        return trace.set_span_in_context(trace.NonRecordingSpan(context), Context())
+
+    def link(self, span: MetricsSpan, context: bytes) -> None:
+        """Add a link to the producer's context to this sink's consumer ``span``."""
+        producer = self.span_context(context)
+        if producer is not None and isinstance(span, _OtelSpan):
+            span.span.add_link(producer, {"messaging.operation.type": "send"})

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._core.keys import pad
+from .._core.logctx import library_logger
 from .._core.txn import AnyOp, Cmp, Compare, Op
 from ..codecs import INT32
 from ..errors import EtcdConnectionError, EtcdTimeoutError
@@ -36,6 +37,8 @@ from ._take import commit, next_reach, now_millis, outcome
 if TYPE_CHECKING:
     from ..client import EtcdClient
     from .item import WorkItem
+
+log = library_logger("etcd_recipes.work_queue")
 
 _CHAIN_BYTES = 256 * 1024  # payload bytes one claim transaction may carry
 
@@ -49,15 +52,19 @@ class Claimed:
     attempt: int
     revision: int
     after: Snapshot
+    context: bytes | None = None  # the producer's trace context (read only with tracing on)
 
 
 class Claimer:
     """The claim transactions of one consumer of one queue."""
 
-    def __init__(self, client: EtcdClient, keys: WorkKeys, client_id: str, context: str) -> None:
+    def __init__(
+        self, client: EtcdClient, keys: WorkKeys, client_id: str, context: str, trace: bool
+    ) -> None:
         self.client = client
         self.keys = keys
         self.client_id = client_id
+        self.trace = trace  # read trace/<id> in the claim transaction
         self.what = f"{context}: undoing a cancelled claim"  # names the cleanup
         self.reach = 1  # candidates the next claim tries (see _take.next_reach)
 
@@ -74,12 +81,22 @@ class Claimer:
 
     def claim_ops(self, head: KeyValue, attempt: int, lease_id: int) -> list[AnyOp]:
         name = item_name(head.key)
-        return [
+        ops: list[AnyOp] = [
             Op.delete(head.key),
             Op.put(self.keys.claimed + name, head.value),
             Op.put(self.keys.claims + name, self.client_id, lease=lease_id),
             Op.put(self.keys.attempts + name, INT32.encode(attempt)),
         ]
+        if self.trace:  # a read: nothing more is written, with tracing on or off
+            ops.append(Op.get(self.keys.trace + name))
+        return ops
+
+    def context_in(self, responses: list[Any]) -> bytes | None:
+        """The trace context read by :meth:`claim_ops` (``None``: tracing off, or none)."""
+        if not self.trace or len(responses) < 5:
+            return None
+        found = responses[4]
+        return found.kvs[0].value if isinstance(found, RangeResult) and found.kvs else None
 
     def claim_chain(self, window: list[KeyValue], lease_id: int) -> list[AnyOp]:
         """The operations of one transaction that claims the first item of ``window`` still
@@ -134,7 +151,11 @@ class Claimer:
         head = window[level]
         first = reached.responses[0]
         if level > 0 or (isinstance(first, TxnResult) and first.succeeded):
-            return Claimed(head, 1, result.revision, Snapshot.parse(snapshot, result.revision))
+            claimed = reached if level > 0 else first
+            assert isinstance(claimed, TxnResult)
+            after = Snapshot.parse(snapshot, result.revision)
+            context = self.context_in(claimed.responses)
+            return Claimed(head, 1, result.revision, after, context)
         assert isinstance(first, TxnResult)
         counts = first.responses[0]
         assert isinstance(counts, RangeResult)
@@ -147,20 +168,22 @@ class Claimer:
         attempts_key = self.keys.attempts + item_name(head.key)
         attempt = attempts_in([known]) + 1
         snapshot_ops = self.keys.snapshot_ops(orphans=False)
+        claim_ops = self.claim_ops(head, attempt, lease_id)
         result = await commit(
             self.client,
             [
                 Cmp.mod_revision(head.key) == head.mod_revision,
                 Cmp.mod_revision(attempts_key) == known.mod_revision,
             ],
-            [*self.claim_ops(head, attempt, lease_id), *snapshot_ops],
+            [*claim_ops, *snapshot_ops],
             snapshot_ops,
             undo=lambda done: self._unclaim(head, known, done.revision),
             what=self.what,
         )
         if result.succeeded:
-            after = Snapshot.parse(result.responses[4:], result.revision)
-            return Claimed(head, attempt, result.revision, after)
+            after = Snapshot.parse(result.responses[len(claim_ops) :], result.revision)
+            context = self.context_in(result.responses)
+            return Claimed(head, attempt, result.revision, after, context)
         return Snapshot.parse(result.responses, result.revision)
 
     async def _undo_chain(self, window: list[KeyValue], result: TxnResult) -> None:
@@ -201,14 +224,15 @@ class Claimer:
     def settle_ops(
         self, name: str, data: bytes, how: str, *, delay: float = 0.0, reason: str | None = None
     ) -> list[AnyOp]:
-        """The writes of a settle: ``"ack"`` deletes everything; ``"requeue"`` moves the
+        """The writes of a settle: ``"ack"`` deletes everything (``trace/<id>`` too, present
+        or not: a consumer without tracing leaves nothing behind either); ``"requeue"`` moves the
         payload back to ``items/<id>`` -- or, with a ``delay``, to ``delayed/<ready>-<id>``,
         which is promoted back to ``items/<id>`` -- and ``"dead"`` to ``dlq/<id>`` with its
         ``reason`` beside it; both keep the attempt count."""
         keys = self.keys
         ops: list[AnyOp] = [Op.delete(keys.claims + name), Op.delete(keys.claimed + name)]
         if how == "ack":
-            return [*ops, Op.delete(keys.attempts + name)]
+            return [*ops, Op.delete(keys.attempts + name), Op.delete(keys.trace + name)]
         if how == "dead":
             return [*ops, Op.put(keys.dlq + name, data), Op.put(keys.reasons + name, reason or "")]
         ready = pad(now_millis() + round(delay * 1000), 19)
@@ -254,6 +278,19 @@ class Claimer:
         claim.settled = True
         dead = item.attempt >= max_deliveries
         await self.release(item.id, claim.data, claim.revision, dead=dead, attempts=item.attempt)
+
+    async def give_back_all(
+        self, items: list[WorkItem[Any]], max_deliveries: int, path: str
+    ) -> None:
+        """:meth:`give_back` every item at once (closing); a failure is logged, not raised."""
+        if not items:
+            return
+        results = await asyncio.gather(
+            *(self.give_back(item, max_deliveries) for item in items), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, Exception):
+                log.info("%s: returning an item on close failed: %s", path, result)
 
     async def release(
         self, name: str, data: bytes, revision: int, *, dead: bool, attempts: int

@@ -6,8 +6,10 @@ Layout (shared with the Kotlin library; ``<p>`` is the queue path, ``<id>`` an i
 delivery counts), ``<p>/dlq/<id>`` (dead letters), ``<p>/reasons/<id>`` (a dead letter's
 failure reason, UTF-8, written in the transaction that made the dead letter: a sibling the JVM
 library ignores), ``<p>/delayed/<ready%019d>-<r3>`` (an item requeued with a delay:
-``<p>/delayed/<ready%019d>-<id>``, promoted back to ``items/<id>``).
-See :mod:`etcd_recipes.queues.work` for what each key guarantees.
+``<p>/delayed/<ready%019d>-<id>``, promoted back to ``items/<id>``), and -- only with trace
+propagation on (``trace_propagation=``; off by default, and the JVM library knows nothing of
+it) -- ``<p>/trace/<id>``, the producer's trace context, written with the item and deleted on
+``ack()`` or purge. See :mod:`etcd_recipes.queues.work` for what each key guarantees.
 
 ========================================  =============================  ========================
 key                                       value                          lease
@@ -19,11 +21,13 @@ key                                       value                          lease
 ``<p>/dlq/<id>``                          a dead letter's payload        none
 ``<p>/reasons/<id>``                      a dead letter's reason, UTF-8  none
 ``<p>/delayed/<ready%019d>-<r3>``         a delayed payload              none
+``<p>/trace/<id>``                        the producer's trace context   none (opt-in)
 ========================================  =============================  ========================
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +55,7 @@ class WorkKeys:
     dlq: str
     reasons: str
     delayed: str
+    trace: str
 
     @classmethod
     def under(cls, path: str) -> WorkKeys:
@@ -63,6 +68,7 @@ class WorkKeys:
             dlq=base + "dlq/",
             reasons=base + "reasons/",
             delayed=base + "delayed/",
+            trace=base + "trace/",
         )
 
     def fresh(self, delay: float, batch: int = 0) -> list[str]:
@@ -75,6 +81,22 @@ class WorkKeys:
         if not batch:
             return [f"{self.items}{millis}-{random_token(3)}"]
         return [f"{self.items}{millis}-{pad(i, 5)}-{random_token(3)}" for i in range(batch)]
+
+    def writes(
+        self, values: list[bytes], context: bytes | None, delay: float = 0, batch: int = 0
+    ) -> tuple[Callable[[], list[str]], list[bytes]]:
+        """The fresh keys (a callable: a clash draws new ones; see :meth:`fresh` for ``delay``
+        and ``batch``) and values of an enqueue of ``values``, each with ``context`` under
+        ``trace/<its name>`` in the same transaction unless ``context`` is ``None``. Item keys
+        come first, in order."""
+        if context is None:
+            return lambda: self.fresh(delay, batch), values
+
+        def keys() -> list[str]:
+            fresh = self.fresh(delay, batch)
+            return fresh + [self.trace + item_name(k.encode()) for k in fresh]
+
+        return keys, [*values, *([context] * len(values))]
 
     def snapshot_ops(self, *, orphans: bool = True) -> list[AnyOp]:
         """The reads of a snapshot: the first items, the first delayed item and -- unless a

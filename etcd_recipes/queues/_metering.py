@@ -19,6 +19,13 @@ Guaranteed, for every metered call (``enqueue``, ``enqueue_all``, ``dequeue``/``
   after their claim expired are one ``queue_redelivered(count)`` per sweep, and orphans it
   dead-letters (their last allowed delivery) one ``dead_letter`` operation each.
 
+Trace propagation (opt-in, ``trace_propagation=`` on a work queue, a
+:class:`~etcd_recipes.queues.item.TracePropagation`): an enqueue stores what its ``inject``
+returns for its span beside each item, and a consumer that also has one passes the stored
+bytes to its ``link`` with the ``queue.receive`` and ``queue.settle`` spans. A propagation
+that raises or returns something unusable is logged once and ignored: the item is enqueued
+or received all the same.
+
 Not guaranteed: a call refused before it starts (bad input, a closed queue) reports nothing;
 events are delivered by the dispatcher's thread (``_core/metering.py``), so a stuck sink may
 drop them; spans are switched off for a sink whose tracer is slow.
@@ -31,12 +38,26 @@ import time
 from types import TracebackType
 from typing import TypeVar
 
+from .._core.logctx import library_logger
 from .._core.metering import RecipeMeter, SpanHandle
 from .._core.outcomes import lease_lost_kind
-from ..errors import RecipeClosedError
+from ..errors import InvalidArgumentError, RecipeClosedError
 from ..events import LeaseEvent
+from .item import TracePropagation
 
-__all__ = ["Metered", "batch_size", "outcome_of", "report_lease_loss"]
+__all__ = [
+    "MAX_CONTEXT_BYTES",
+    "Metered",
+    "batch_size",
+    "check_propagation",
+    "outcome_of",
+    "report_lease_loss",
+]
+
+log = library_logger("etcd_recipes.work_queue")
+
+MAX_CONTEXT_BYTES = 4096
+"""A trace context a propagation's ``inject`` returns is stored only up to this size."""
 
 T = TypeVar("T")
 
@@ -68,6 +89,30 @@ def report_lease_loss(meter: RecipeMeter, event: LeaseEvent) -> None:
     kind = lease_lost_kind(event)
     if kind is not None:
         meter.lease_lost(kind)
+
+
+def check_propagation(propagation: object) -> TracePropagation | None:
+    """``propagation`` as a queue takes it: ``None`` or an object with ``inject``/``link``."""
+    if propagation is None or isinstance(propagation, TracePropagation):
+        return propagation
+    raise InvalidArgumentError(
+        f"trace_propagation must have inject(span) and link(span, context): {propagation!r}"
+    )
+
+
+_warned: set[tuple[int, str]] = set()
+
+
+def _failed(propagation: TracePropagation, where: str, exc: Exception) -> None:
+    if (id(type(propagation)), where) not in _warned:
+        _warned.add((id(type(propagation)), where))
+        log.warning(
+            "trace propagation %s.%s raised %s: %s (ignored: the item carries on without it)",
+            type(propagation).__name__,
+            where,
+            type(exc).__name__,
+            exc,
+        )
 
 
 class Metered:
@@ -118,6 +163,33 @@ class Metered:
         if result is None:
             self.outcome = "timeout" if waited else "empty"
         return result
+
+    def inject(self, propagation: TracePropagation | None) -> bytes | None:
+        """The trace context to store with the items enqueued in this call (``None``: none)."""
+        if propagation is None:
+            return None
+        try:
+            context = propagation.inject(self._span.span)
+        except Exception as exc:
+            _failed(propagation, "inject", exc)
+            return None
+        if context is not None and not isinstance(context, bytes):
+            _failed(propagation, "inject", TypeError(f"returned {type(context).__name__}"))
+            return None
+        if context is not None and len(context) > MAX_CONTEXT_BYTES:
+            _failed(propagation, "inject", ValueError(f"{len(context)} bytes: too large"))
+            return None
+        return context or None
+
+    def link(self, propagation: TracePropagation | None, context: bytes | None) -> None:
+        """Relate this call's span to a producer's stored ``context`` (if both exist)."""
+        span = self._span.span
+        if propagation is None or context is None or span is None:
+            return
+        try:
+            propagation.link(span, context)
+        except Exception as exc:
+            _failed(propagation, "link", exc)
 
     def settled(self, result: bool) -> bool:
         """``result`` of a settle; ``False`` is ``stale``."""

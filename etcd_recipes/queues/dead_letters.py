@@ -158,12 +158,17 @@ async def _requeue_dead(client: EtcdClient, keys: WorkKeys, name: str) -> bool:
 
 
 async def _purge_dead(client: EtcdClient, keys: WorkKeys, name: str) -> bool:
-    """Delete dead letter ``name`` and its attempt count for good."""
+    """Delete dead letter ``name``, its attempt count, reason and trace context for good."""
     kv = await client.get(keys.dlq + name)
     if kv is None:
         return False
     result = await client.txn(
         [Cmp.mod_revision(kv.key) == kv.mod_revision],
-        [Op.delete(kv.key), Op.delete(keys.attempts + name), Op.delete(keys.reasons + name)],
+        [
+            Op.delete(kv.key),
+            Op.delete(keys.attempts + name),
+            Op.delete(keys.reasons + name),
+            Op.delete(keys.trace + name),
+        ],
     )
     return result.succeeded

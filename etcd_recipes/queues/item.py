@@ -12,30 +12,74 @@ on :attr:`WorkItem.id`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Generic
+from typing import TYPE_CHECKING, Any, Generic, Protocol, runtime_checkable
 
 from .._core.validate import check_delay, check_reason
 from ..codecs import ValueT
+from ..metrics import MetricsSpan
 
 if TYPE_CHECKING:
     from .work import DistributedWorkQueue
 
-__all__ = ["WorkItem"]
+__all__ = ["TracePropagation", "WorkItem"]
+
+
+@runtime_checkable
+class TracePropagation(Protocol):
+    """How a work queue carries trace context from producer to consumer (off by default).
+
+    The library treats the context as opaque bytes and imports no tracing package; an
+    implementation such as :class:`etcd_recipes.contrib.otel.TraceContextPropagation` (W3C
+    ``traceparent``/``tracestate``) turns spans into bytes and back. Both methods may raise or
+    return junk: the queue logs it once and carries on without a context.
+
+    Example::
+
+        from etcd_recipes import DistributedWorkQueue
+
+        class Tagged:                       # a toy propagation: the producer's host name
+            def inject(self, span):
+                return b"host-a"
+            def link(self, span, context):
+                print("produced on", context.decode())
+
+        tagged = Tagged()
+        async with DistributedWorkQueue(client, f"{prefix}/jobs", trace_propagation=tagged) as q:
+            await q.enqueue(b"job")                 # stores b"host-a" beside the item
+            item = await q.receive()
+            assert item.trace_context == b"host-a"  # link() needs a sink that makes spans
+            await item.ack()
+    """
+
+    def inject(self, span: MetricsSpan | None) -> bytes | None:
+        """The context to store with an item being enqueued: that of ``span`` (the sink's
+        ``queue.enqueue`` span; ``None`` when the sink makes no spans: use the current one), or
+        ``None`` to store nothing."""
+
+    def link(self, span: MetricsSpan, context: bytes) -> None:
+        """Relate the consumer's ``span`` (``queue.receive`` or ``queue.settle``) to the
+        producer's stored ``context`` (bytes from another process: validate them)."""
 
 
 class _Claim:
     """What a :class:`WorkItem` needs to settle its claim."""
 
-    __slots__ = ("data", "lease_id", "queue", "revision", "settled")
+    __slots__ = ("context", "data", "lease_id", "queue", "revision", "settled")
 
     def __init__(
-        self, queue: DistributedWorkQueue[Any], data: bytes, revision: int, lease_id: int
+        self,
+        queue: DistributedWorkQueue[Any],
+        data: bytes,
+        revision: int,
+        lease_id: int,
+        context: bytes | None = None,
     ) -> None:
         self.queue = queue
         self.data = data
         self.revision = revision  # the claim transaction's revision = the marker's create rev
         self.lease_id = lease_id  # the lease the marker lives on
         self.settled = False
+        self.context = context  # the producer's trace context (tracing on), or None
 
 
 class WorkItem(Generic[ValueT]):
@@ -69,6 +113,25 @@ class WorkItem(Generic[ValueT]):
         self.attempt: int = attempt
         """Which delivery this is (1 for the first)."""
         self._claim = claim
+
+    @property
+    def trace_context(self) -> bytes | None:
+        """The trace context the producer stored with the item, as its queue's
+        ``trace_propagation`` wrote it (W3C headers as JSON for
+        :class:`etcd_recipes.contrib.otel.TraceContextPropagation`); ``None`` when the producer
+        or this consumer has propagation off. Untrusted bytes from another process.
+
+        Example::
+
+            from etcd_recipes import DistributedWorkQueue
+
+            async with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
+                await queue.enqueue(b"job")
+                item = await queue.receive()
+                assert item.trace_context is None    # propagation is off by default
+                await item.ack()
+        """
+        return self._claim.context
 
     @property
     def is_settled(self) -> bool:

@@ -83,7 +83,6 @@ Example::
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, cast, overload
@@ -106,7 +105,7 @@ from ..types import KeyValue
 from ._claims import Claimer
 from ._consumer import RECEIVE_CALL, ConsumerLease
 from ._layout import Snapshot, WorkKeys, check_id, item_name, ready_millis
-from ._metering import Metered, batch_size, report_lease_loss
+from ._metering import Metered, batch_size, check_propagation, report_lease_loss
 from ._sweep import Sweeps
 from ._take import (
     Waits,
@@ -119,7 +118,7 @@ from ._take import (
 )
 from .config import WorkQueueConfig
 from .dead_letters import DeadLetter, _list_dead, _purge_dead, _requeue_dead
-from .item import WorkItem, _Claim
+from .item import TracePropagation, WorkItem, _Claim
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
@@ -139,6 +138,8 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
     Values are ``bytes`` (``str`` is accepted and UTF-8 encoded); pass ``codec=`` to carry any
     ``T`` (``WorkItem.value`` and ``DeadLetter.value`` are then decoded). No ``start()`` is
     needed. Close it (``async with``) so that unacknowledged items return at once.
+    ``trace_propagation`` (off by default; ``contrib.otel.TraceContextPropagation``) carries
+    the producer's trace context to consumers that set it too, in a ``trace/<id>`` sibling key.
 
     Example::
 
@@ -164,8 +165,10 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         codec: Codec[ValueT] | None = None,
         client_id: str | None = None,
         metrics_name: str = "",
+        trace_propagation: TracePropagation | None = None,
     ) -> None:
         super().__init__(client, path, client_id=client_id, metrics_name=metrics_name)
+        self._trace = check_propagation(trace_propagation)
         if config is not None and not isinstance(config, WorkQueueConfig):
             raise InvalidArgumentError(f"config must be a WorkQueueConfig, not {config!r}")
         self.config: WorkQueueConfig = config or WorkQueueConfig()
@@ -174,7 +177,7 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         """The value codec (``None``: raw bytes, ``str`` accepted and UTF-8 encoded)."""
         self._keys = WorkKeys.under(self.path)
         context = self.exception_context
-        self._claimer = Claimer(client, self._keys, self.client_id, context)
+        self._claimer = Claimer(client, self._keys, self.client_id, context, bool(self._trace))
         self._sweeps = Sweeps(
             client,
             self._keys,
@@ -224,8 +227,9 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         self._check_open()
         data = encode(self.codec, value)
         wait = check_delay(delay)
-        with Metered(self._meter, "enqueue", self.path):
-            keys = await create(self._client, lambda: self._keys.fresh(wait), [data])
+        with Metered(self._meter, "enqueue", self.path) as op:
+            writes = self._keys.writes([data], op.inject(self._trace), delay=wait)
+            keys = await create(self._client, *writes)
         return item_name(keys[0].encode())
 
     @overload
@@ -250,9 +254,10 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         data = [encode(self.codec, v) for v in check_batch(values)]
         if not data:
             return []
-        with Metered(self._meter, "enqueue", self.path, **batch_size(len(data))):
-            keys = await create(self._client, lambda: self._keys.fresh(0, len(data)), data)
-        return [item_name(k.encode()) for k in keys]
+        with Metered(self._meter, "enqueue", self.path, **batch_size(len(data))) as op:
+            writes = self._keys.writes(data, op.inject(self._trace), batch=len(data))
+            keys = await create(self._client, *writes)
+        return [item_name(k.encode()) for k in keys[: len(data)]]
 
     # ------------------------------------------------------------------ consuming
 
@@ -450,6 +455,7 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
             async with abort_guard(give_back_new_lease, what=f"{self.exception_context}: lease"):
                 with Metered(self._meter, "receive", self.path) as op:
                     found = await self._receive_loop(wait=wait, timeout=timeout)
+                    op.link(self._trace, None if found is None else found.trace_context)
                     return op.taken(found, waited=wait)
         finally:
             RECEIVE_CALL.reset(token)
@@ -527,7 +533,7 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
             # round trip) while it is fresh. The claim of a stale candidate just fails over.
             self._prefetched = (time.monotonic(), claimed.after)
             name = item_name(claimed.head.key)
-            claim = _Claim(self, claimed.head.value, claimed.revision, lease_id)
+            claim = _Claim(self, claimed.head.value, claimed.revision, lease_id, claimed.context)
             try:
                 value = decode_at(self.codec, claimed.head, self.exception_context, _DEAD)
             except CodecError as exc:
@@ -557,6 +563,7 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         self, item: WorkItem[ValueT], how: str, *, delay: float = 0.0, reason: str | None = None
     ) -> bool:
         with Metered(self._meter, "dead_letter" if how == "dead" else how, self.path) as op:
+            op.link(self._trace, item.trace_context)
             return op.settled(await self._settle_claim(item, how, delay, reason))
 
     async def _settle_claim(
@@ -589,12 +596,5 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         self._consumer.cancel_sweeper()
         held = list(self._held.values())
         self._held.clear()
-        if held:
-            results = await asyncio.gather(
-                *(self._claimer.give_back(item, self.config.max_deliveries) for item in held),
-                return_exceptions=True,
-            )
-            for result in results:
-                if isinstance(result, Exception):
-                    log.info("%s: returning an item on close failed: %s", self.path, result)
+        await self._claimer.give_back_all(held, self.config.max_deliveries, self.path)
         await self._consumer.revoke()

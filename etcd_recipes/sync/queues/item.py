@@ -41,6 +41,25 @@ class WorkItem(SyncTwin, Generic[ValueT], twin_of=_async.WorkItem):
     _a: _async.WorkItem[ValueT]
 
     @property
+    def trace_context(self) -> bytes | None:
+        """The trace context the producer stored with the item, as its queue's
+        ``trace_propagation`` wrote it (W3C headers as JSON for
+        :class:`etcd_recipes.contrib.otel.TraceContextPropagation`); ``None`` when the producer
+        or this consumer has propagation off. Untrusted bytes from another process.
+
+        Example::
+
+            from etcd_recipes.sync import DistributedWorkQueue
+
+            with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
+                queue.enqueue(b"job")
+                item = queue.receive()
+                assert item.trace_context is None    # propagation is off by default
+                item.ack()
+        """
+        return self._rt.call_sync(lambda: self._a.trace_context)
+
+    @property
     def is_settled(self) -> bool:
         """Whether :meth:`ack`, :meth:`requeue` or :meth:`dead_letter` already ran
         (successfully or not)."""

@@ -14,6 +14,7 @@ from etcd_recipes.events import LeaseEvent
 from etcd_recipes.queues import work as _async
 from etcd_recipes.queues.config import WorkQueueConfig
 from etcd_recipes.queues.dead_letters import DeadLetter
+from etcd_recipes.queues.item import TracePropagation
 from etcd_recipes.sync._core.recipe import Recipe
 from etcd_recipes.sync._twin import check_twin
 
@@ -33,6 +34,8 @@ class DistributedWorkQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedWo
     Values are ``bytes`` (``str`` is accepted and UTF-8 encoded); pass ``codec=`` to carry any
     ``T`` (``WorkItem.value`` and ``DeadLetter.value`` are then decoded). No ``start()`` is
     needed. Close it (``with``) so that unacknowledged items return at once.
+    ``trace_propagation`` (off by default; ``contrib.otel.TraceContextPropagation``) carries
+    the producer's trace context to consumers that set it too, in a ``trace/<id>`` sibling key.
 
     Example::
 
@@ -58,6 +61,7 @@ class DistributedWorkQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedWo
         codec: Codec[ValueT] | None = None,
         client_id: str | None = None,
         metrics_name: str = "",
+        trace_propagation: TracePropagation | None = None,
     ) -> None:
         check_twin(client, "client")
         value = client._rt.call_sync(
@@ -68,6 +72,7 @@ class DistributedWorkQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedWo
             codec=codec,
             client_id=client_id,
             metrics_name=metrics_name,
+            trace_propagation=trace_propagation,
         )
         self._bind(client._rt, value, client._owner())
 
