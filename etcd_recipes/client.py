@@ -44,6 +44,7 @@ from ._core.keys import key_bytes
 from ._core.lease import LeaseKeeper
 from ._core.lifecycle import close_lease_pools, misuse_error, verify, without_learners
 from ._core.logctx import library_logger
+from ._core.metering import meter_for
 from ._core.rpc import DEFAULT_MAX_REQUEST_BYTES, AuthManager, RpcRunner, request_too_large
 from ._core.rpc import UNSET as _UNSET
 from ._core.services import ServiceCalls
@@ -72,6 +73,9 @@ __all__ = ["EtcdClient", "connect"]
 
 log = library_logger("etcd_recipes.client")
 _loop = asyncio._get_running_loop  # None outside a loop (get_running_loop raises)
+
+CLOSE_FLUSH_TIMEOUT = 1.0
+"""Seconds ``aclose()`` waits at most for the metrics sink to get the events queued so far."""
 
 
 class EtcdClient(ServiceCalls, ConnectionStateCalls):
@@ -195,7 +199,8 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
 
     async def aclose(self) -> None:
         """Revoke the lock recipes' pooled leases, stop watches and keep-alives, close the
-        channel; idempotent. Other leases are not revoked: a bare one dies at its TTL."""
+        channel, and wait (up to 1 s) until the metrics sink got every event reported so far;
+        idempotent. Other leases are not revoked: a bare one dies at its TTL."""
         if self._state == "closed":
             return
         with anyio.CancelScope(shield=True):
@@ -209,6 +214,10 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
             if self._channel is not None:
                 with contextlib.suppress(Exception):
                     await self._channel.close()
+            # What the recipes reported reaches the sink before aclose() returns (bounded:
+            # a stuck sink delays the close by at most CLOSE_FLUSH_TIMEOUT seconds).
+            meter = meter_for(self._resilience.metrics)
+            await anyio.to_thread.run_sync(meter.flush, CLOSE_FLUSH_TIMEOUT)
 
     async def __aenter__(self) -> EtcdClient:
         return await self.open()

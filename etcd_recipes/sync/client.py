@@ -97,7 +97,8 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
 
     def close(self) -> None:
         """Revoke the lock recipes' pooled leases, stop watches and keep-alives, close the
-        channel; idempotent. Other leases are not revoked: a bare one dies at its TTL."""
+        channel, and wait (up to 1 s) until the metrics sink got every event reported so far;
+        idempotent. Other leases are not revoked: a bare one dies at its TTL."""
         try:
             self._rt.call_closing(self._a.aclose)
         finally:

@@ -174,3 +174,26 @@ def test_a_forked_child_starts_its_own_thread() -> None:
     answer = os.read(read, 1)
     os.waitpid(pid, 0)
     assert answer == b"1"
+
+
+async def test_closing_the_client_delivers_what_was_reported(etcd_server, etcd_prefix) -> None:
+    from etcd_recipes import DistributedMutex, ResilienceConfig, connect
+
+    class Slow(EtcdMetrics):
+        def __init__(self) -> None:
+            self.waits: list[str] = []
+
+        def lock_wait_finished(self, recipe: str, name: str, duration: float, outcome: str) -> None:
+            time.sleep(0.05)  # a sink slower than the recipe: events queue up
+            self.waits.append(outcome)
+
+    sink = Slow()
+    async with connect(
+        **etcd_server.client_kwargs(), resilience=ResilienceConfig(metrics=sink)
+    ) as c:
+        mutex = DistributedMutex(c, etcd_prefix + "m")
+        for _ in range(5):
+            assert await mutex.acquire()
+            assert await mutex.release()
+        await mutex.aclose()
+    assert sink.waits == ["acquired"] * 5  # read right after aclose(): nothing still queued
