@@ -53,6 +53,24 @@ class RecordingMetrics(EtcdMetrics):
         with self._lock:
             return [args for m, args in self.calls if m == method]
 
+    def events(
+        self, timed: tuple[str, ...], untimed: tuple[str, ...] = ("lease_lost",)
+    ) -> list[tuple[str, tuple[Any, ...]]]:
+        """After a flush, the recorded calls of the ``timed`` methods (``(recipe, name,
+        duration, outcome)``: the duration checked, then dropped, as it varies) and of the
+        ``untimed`` ones (their arguments as given), in order."""
+        self.flush()
+        out: list[tuple[str, tuple[Any, ...]]] = []
+        with self._lock:
+            for method, args in self.calls:
+                if method in timed:
+                    recipe, name, duration, outcome = args
+                    assert isinstance(duration, float) and duration >= 0
+                    out.append((method, (recipe, name, outcome)))
+                elif method in untimed:
+                    out.append((method, args))
+        return out
+
     def spans(self, *, attributes: bool = False) -> list[tuple[Any, ...]]:
         """``(recipe, name, operation, path)`` of each started span (``attributes=True``: with
         its attributes) and ``(operation, outcome)`` of each ended one, in order."""

@@ -7,7 +7,6 @@ Against a real etcd; a cancelled campaign or wait is checked to leave nothing in
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -38,29 +37,7 @@ QUEUED = ("leadership_changed", "barrier_wait_finished", "lease_lost")
 def events(sink: RecordingMetrics) -> list[tuple[str, tuple[object, ...]]]:
     """The queued election/barrier events recorded, in order, after a flush (durations
     checked, then dropped)."""
-    sink.flush()
-    out: list[tuple[str, tuple[object, ...]]] = []
-    for method, args in sink.calls:
-        if method == "barrier_wait_finished":
-            recipe, name, duration, outcome = args
-            assert isinstance(duration, float) and duration >= 0
-            out.append((method, (recipe, name, outcome)))
-        elif method in QUEUED:
-            out.append((method, args))
-    return out
-
-
-@pytest.fixture
-def sink() -> RecordingMetrics:
-    return RecordingMetrics()
-
-
-@pytest.fixture
-async def client(etcd_server, sink) -> AsyncIterator[EtcdClient]:
-    async with connect(
-        **etcd_server.client_kwargs(), resilience=ResilienceConfig(metrics=sink)
-    ) as c:
-        yield c
+    return sink.events(("barrier_wait_finished",), QUEUED)
 
 
 async def keys_under(client: EtcdClient, prefix: str) -> list[str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -14,7 +13,6 @@ from etcd_recipes import (
     DistributedMutex,
     DistributedReadWriteLock,
     DistributedSemaphore,
-    EtcdClient,
     InvalidArgumentError,
     LockLostError,
     ResilienceConfig,
@@ -29,28 +27,7 @@ from .recording import RecordingMetrics
 def lock_events(sink: RecordingMetrics) -> list[tuple[str, tuple[object, ...]]]:
     """The queued lock events recorded, in order (durations checked, then dropped: they vary),
     after a flush. Spans are reported inline, so they are checked apart (:func:`spans`)."""
-    sink.flush()
-    out: list[tuple[str, tuple[object, ...]]] = []
-    for method, args in sink.calls:
-        if method in ("lock_wait_finished", "lock_hold_finished"):
-            recipe, name, duration, outcome = args
-            assert isinstance(duration, float) and duration >= 0
-            out.append((method, (recipe, name, outcome)))
-        elif method == "lease_lost":
-            out.append((method, args))
-    return out
-
-
-@pytest.fixture
-def sink() -> RecordingMetrics:
-    return RecordingMetrics()
-
-
-@pytest.fixture
-async def client(etcd_server, sink) -> AsyncIterator[EtcdClient]:
-    config = ResilienceConfig(metrics=sink)
-    async with connect(**etcd_server.client_kwargs(), resilience=config) as c:
-        yield c
+    return sink.events(("lock_wait_finished", "lock_hold_finished"))
 
 
 async def test_acquire_and_release(client, sink, etcd_prefix):
