@@ -188,35 +188,41 @@ class Meter:
             drained = time.monotonic()
 
     def _drain(self) -> None:
-        """Deliver queued events until none is left, then mark the thread idle."""
+        """Deliver queued events until none is left, then mark the thread idle (the queue is
+        taken a batch at a time: two lock round trips per batch, not per event)."""
         while True:
             with self._lock:
                 if not self._events:
                     self._idle = True
                     return
-                item = self._events.popleft()
-            if isinstance(item, threading.Event):
-                item.set()
-                continue
-            method, args = item
-            try:
-                getattr(self.sink, method)(*args)
-            except Exception as exc:
-                with self._lock:
-                    self._errors += 1
-                    first = method not in self._warned
-                    self._warned.add(method)
-                if first:
-                    log.warning(
-                        "metrics sink %s.%s raised %s: %s (ignored; counted in its stats)",
-                        type(self.sink).__name__,
-                        method,
-                        type(exc).__name__,
-                        exc,
-                    )
+                batch, self._events = self._events, deque()
+            delivered = 0
+            for item in batch:
+                if isinstance(item, threading.Event):
+                    item.set()  # a flush() marker: everything queued before it is delivered
+                    continue
+                self._deliver(*item)
+                delivered += 1
             with self._lock:
-                self._pending -= 1
-                self._delivered += 1
+                self._pending -= delivered
+                self._delivered += delivered
+
+    def _deliver(self, method: str, args: tuple[Any, ...]) -> None:
+        try:
+            getattr(self.sink, method)(*args)
+        except Exception as exc:
+            with self._lock:
+                self._errors += 1
+                first = method not in self._warned
+                self._warned.add(method)
+            if first:
+                log.warning(
+                    "metrics sink %s.%s raised %s: %s (ignored; counted in its stats)",
+                    type(self.sink).__name__,
+                    method,
+                    type(exc).__name__,
+                    exc,
+                )
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every event queued so far was delivered; ``False`` on timeout.

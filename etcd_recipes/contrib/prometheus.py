@@ -224,9 +224,19 @@ class PrometheusMetrics(EtcdMetrics):
             self._latency,
         )  # fmt: skip
         _register_all(self.registry, self._all)
+        # labels() validates and locks on every call (~2 us); the label sets are few (no key,
+        # path or lease id is a label), so the children are kept: one dict lookup per event.
+        self._children: dict[tuple[object, ...], Any] = {}
 
     def __repr__(self) -> str:
         return f"<PrometheusMetrics namespace={self.namespace!r}>"
+
+    def _child(self, metric: MetricWrapperBase, *labels: str) -> Any:
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def unregister(self) -> None:
         """Remove this sink's metrics from its registry (a later event still updates them).
@@ -262,13 +272,13 @@ class PrometheusMetrics(EtcdMetrics):
 
     def record_latency(self, name: str, seconds: float) -> None:
         """Observes ``<ns>_recipe_latency_seconds{name}``."""
-        self._latency.labels(name).observe(seconds)
+        self._child(self._latency, name).observe(seconds)
 
     # -- v2 -----------------------------------------------------------------------------------
 
     def rpc_finished(self, operation: str, duration: float, attempts: int, outcome: str) -> None:
         """Observes ``<ns>_rpc_duration_seconds`` and adds ``attempts - 1`` retries."""
-        self._rpc.labels(operation, outcome).observe(duration)
+        self._child(self._rpc, operation, outcome).observe(duration)
         if attempts > 1:
             self._retries.labels(operation).inc(attempts - 1)
 
@@ -278,11 +288,11 @@ class PrometheusMetrics(EtcdMetrics):
 
     def lock_wait_finished(self, recipe: str, name: str, duration: float, outcome: str) -> None:
         """Observes ``<ns>_lock_wait_seconds``."""
-        self._lock_wait.labels(recipe, name, outcome).observe(duration)
+        self._child(self._lock_wait, recipe, name, outcome).observe(duration)
 
     def lock_hold_finished(self, recipe: str, name: str, duration: float, ended: str) -> None:
         """Observes ``<ns>_lock_hold_seconds``."""
-        self._lock_hold.labels(recipe, name, ended).observe(duration)
+        self._child(self._lock_hold, recipe, name, ended).observe(duration)
 
     def leadership_changed(self, recipe: str, name: str, transition: str) -> None:
         """Counts the transition and moves ``<ns>_leader``: +1 on ``acquired``, -1 otherwise."""
@@ -300,7 +310,7 @@ class PrometheusMetrics(EtcdMetrics):
         self, recipe: str, name: str, operation: str, duration: float, outcome: str
     ) -> None:
         """Observes ``<ns>_queue_operation_seconds``."""
-        self._queue.labels(recipe, name, operation, outcome).observe(duration)
+        self._child(self._queue, recipe, name, operation, outcome).observe(duration)
 
     def queue_redelivered(self, recipe: str, name: str, count: int) -> None:
         """Adds ``count`` to ``<ns>_queue_redeliveries_total``."""
