@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Literal, get_args
 
 from .._core.keys import append_to_path
@@ -68,7 +68,9 @@ QueueKind = Literal["fifo", "priority", "work"]
 _KINDS: tuple[str, ...] = get_args(QueueKind)
 _FIFO_NAME = re.compile(rb"^(\d{19})-(?:\d{5}-)?[A-Za-z0-9]+$")
 _PRIORITY_TAIL = re.compile(rb"^(\d{5})/(\d{16})$")
-_WORK_PARTS = ("items/", "claimed/", "claims/", "attempts/", "dlq/", "reasons/", "delayed/")
+_WORK_PARTS = tuple(  # the work queue's sub-prefixes, from its own layout (trace/ included)
+    getattr(WorkKeys.under("/"), f.name).removeprefix("/") for f in fields(WorkKeys)
+)
 
 
 @dataclass(frozen=True)
