@@ -211,18 +211,7 @@ class Meter:
         try:
             getattr(self.sink, method)(*args)
         except Exception as exc:
-            with self._lock:
-                self._errors += 1
-                first = method not in self._warned
-                self._warned.add(method)
-            if first:
-                log.warning(
-                    "metrics sink %s.%s raised %s: %s (ignored; counted in its stats)",
-                    type(self.sink).__name__,
-                    method,
-                    type(exc).__name__,
-                    exc,
-                )
+            self._sink_failed(method, exc)
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every event queued so far was delivered; ``False`` on timeout.
@@ -262,12 +251,13 @@ class Meter:
         try:
             span = self.sink.start_span(recipe, name, operation, path, attributes)
         except Exception as exc:
-            self._span_failed("start_span", exc)
+            self._sink_failed("start_span", exc)
             span = None
         self._check_slow(started)
         return _NO_SPAN if span is None else SpanHandle(self, span)
 
-    def _span_failed(self, where: str, exc: Exception) -> None:
+    def _sink_failed(self, where: str, exc: Exception) -> None:
+        """Count a sink method that raised; log it the first time for that method."""
         with self._lock:
             self._errors += 1
             first = where not in self._warned
@@ -321,7 +311,7 @@ class SpanHandle:
         try:
             span.end(outcome, error)
         except Exception as exc:
-            meter._span_failed("span.end", exc)
+            meter._sink_failed("span.end", exc)
         meter._check_slow(started)
 
 
