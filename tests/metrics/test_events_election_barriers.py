@@ -207,6 +207,29 @@ async def test_double_barrier_reports_its_own_phases_once(client, sink, etcd_pre
     ]
 
 
+async def test_double_barrier_enter_cancelled_mid_wait_leaves_nothing(client, sink, etcd_prefix):
+    path = etcd_prefix + "phase"
+    async with DistributedDoubleBarrier(client, path, 2, metrics_name="p2") as barrier:
+        task = asyncio.create_task(barrier.enter())
+
+        async def arrived() -> bool:
+            return await barrier.enter_waiter_count() == 1
+
+        await eventually(arrived, what="the member to enter")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # Its waiting key and that key's lease are gone (the round's lease-less ready key is
+        # the family's layout: it stays for the next arrivals).
+        assert await keys_under(client, path + "/enter/waiting/") == []
+        assert await keys_under(client, path + "/leave/") == []
+        assert await barrier.enter_waiter_count() == 0
+    assert events(sink) == [
+        ("barrier_wait_finished", ("DistributedDoubleBarrier", "p2", "cancelled")),
+    ]
+    assert sink.spans()[-1] == ("barrier.wait", "cancelled")
+
+
 async def test_bad_timeout_is_not_a_wait(client, sink, etcd_prefix):
     async with DistributedBarrier(client, etcd_prefix + "gate") as gate:
         with pytest.raises(InvalidArgumentError):
