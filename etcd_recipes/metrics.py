@@ -3,11 +3,13 @@
 Install an implementation through :class:`~etcd_recipes.resilience.ResilienceConfig`'s
 ``metrics`` field; the default, :data:`NOOP_METRICS`, records nothing.
 
-:Status: the v2 methods below are the contract only. Today the library calls the v1
-methods (``record_rpc``, ``increment_watch_recovery``, ``increment_keep_alive``,
-``record_latency``), inline on the event loop thread, so a sink must return quickly and must
-not raise; the v2 events, their isolation from slow or failing sinks, and ready-made
-Prometheus/OpenTelemetry sinks are not wired in yet.
+:Status: Beta. Every recipe reports the v1 and v2 events; they are queued and delivered in
+order by one daemon thread per sink (``_core/metering.py``), so a slow or failing sink never
+stalls or breaks a recipe (what it raises is counted and logged once; a full queue of 10,000
+events drops and counts the rest). Spans are started inline, in the caller's context. Ready-made
+sinks: :mod:`etcd_recipes.contrib.prometheus` and :mod:`etcd_recipes.contrib.otel`. Not
+guaranteed: an event dropped by a full queue is not retried; the overhead is above the
+project's 3 % target (see the observability guide).
 
 The contract:
 
