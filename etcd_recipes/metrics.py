@@ -6,10 +6,14 @@ Install an implementation through :class:`~etcd_recipes.resilience.ResilienceCon
 :Status: Beta. Every recipe reports the v1 and v2 events; they are queued and delivered in
 order by one daemon thread per sink (``_core/metering.py``), so a slow or failing sink never
 stalls or breaks a recipe (what it raises is counted and logged once; a full queue of 10,000
-events drops and counts the rest). Spans are started inline, in the caller's context. Ready-made
-sinks: :mod:`etcd_recipes.contrib.prometheus` and :mod:`etcd_recipes.contrib.otel`. Not
-guaranteed: an event dropped by a full queue is not retried; the overhead is above the
-project's 3 % target (see the observability guide).
+events drops and counts the rest). A sink that sets :attr:`EtcdMetrics.deliver_inline` (both
+ready-made sinks do: they only update in-memory aggregates) is called in the recipe's own
+thread instead, which saves the hand-over to that thread; it still never raises into a
+recipe, and one call slower than 50 ms moves the sink to the thread for good. Spans are
+started inline, in the caller's context. Ready-made sinks:
+:mod:`etcd_recipes.contrib.prometheus` and :mod:`etcd_recipes.contrib.otel`. Not guaranteed:
+an event dropped by a full queue is not retried; an inline sink that blocks stalls the recipe
+for that one call.
 
 The contract:
 
@@ -43,6 +47,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import ClassVar
 
 __all__ = ["NOOP_METRICS", "EtcdMetrics", "MetricsSpan"]
 
@@ -78,6 +83,33 @@ class EtcdMetrics:
                 print(recipe, outcome)
 
         LockWaits().lock_wait_finished("DistributedMutex", "", 0.01, "acquired")
+    """
+
+    deliver_inline: ClassVar[bool] = False
+    """Whether events are delivered in the reporting thread instead of the sink's own thread.
+
+    Leave it ``False`` (the default) for a sink that may block or take long: events then go
+    through a queue and one daemon thread per sink, so nothing the sink does can stall a
+    recipe. Set it ``True`` only for a sink whose every method returns in microseconds and
+    never blocks (it updates in-memory aggregates, as ``prometheus_client`` and the
+    OpenTelemetry SDK do): that saves a thread hand-over per batch of events, which costs far
+    more than such a sink's own work. An inline call that raises is still counted and ignored;
+    one that takes longer than 50 ms moves the sink back to its thread for good (logged once).
+
+    Example::
+
+        from etcd_recipes import EtcdMetrics
+
+        class Counting(EtcdMetrics):
+            deliver_inline = True  # only adds to an int
+
+            def __init__(self) -> None:
+                self.waits = 0
+
+            def lock_wait_finished(self, recipe, name, duration, outcome):
+                self.waits += 1
+
+        assert Counting.deliver_inline and not EtcdMetrics.deliver_inline
     """
 
     # -- v1 (kept) -------------------------------------------------------------------------

@@ -13,7 +13,13 @@ does not wait):
 * a sink method that blocks stalls only that thread; while it is stuck, events queue up to
   :data:`MAX_PENDING` and then are dropped and counted (``dropped``), never waited for;
 * events whose method the sink does not override are skipped before they are queued, so the
-  default no-op sink costs one attribute check per event and starts no thread.
+  default no-op sink costs one attribute check per event and starts no thread;
+* a sink that sets :attr:`~etcd_recipes.EtcdMetrics.deliver_inline` (the Prometheus and
+  OpenTelemetry sinks: in-memory aggregates, a microsecond or so per event) is called right
+  away in the reporting thread, with no queue and no thread: the hand-over to a thread costs
+  tens of microseconds, far more than such a sink's work. What it raises is counted and
+  ignored as above; an inline call slower than :data:`SLOW_SPAN_SECONDS` is counted
+  (``slow_events``) and moves the sink to the queue and thread for good.
 
 Spans are different: :meth:`Meter.start_span` is called **inline**, in the caller's context,
 because tracing APIs read the current context (OpenTelemetry's parent span). A ``start_span``
@@ -61,7 +67,8 @@ LINGER_SECONDS = 0.005
 quiet spell is delivered at once)."""
 
 SLOW_SPAN_SECONDS = 0.05
-"""A ``start_span``/``end`` call slower than this switches spans off for that sink."""
+"""A ``start_span``/``end`` call slower than this switches spans off for that sink; an inline
+event (``deliver_inline``) slower than this moves the sink to its delivery thread."""
 
 _EVENT_METHODS = (
     "record_rpc",
@@ -90,6 +97,8 @@ class MeterStats:
     errors: int
     slow_spans: int
     pending: int
+    slow_events: int = 0
+    """Inline events (``deliver_inline``) that took longer than :data:`SLOW_SPAN_SECONDS`."""
 
 
 def _overridden(sink: EtcdMetrics) -> frozenset[str]:
@@ -120,14 +129,17 @@ class Meter:
         self._dropped = 0
         self._errors = 0
         self._slow_spans = 0
+        self._slow_events = 0
         self._spans_on = "start_span" in self._wanted
+        self._inline = bool(getattr(sink, "deliver_inline", False))
         self._warned: set[str] = set()
 
     def __repr__(self) -> str:
         s = self.stats()
         return (
             f"<Meter {type(self.sink).__name__} delivered={s.delivered} pending={s.pending} "
-            f"dropped={s.dropped} errors={s.errors} spans={'on' if self._spans_on else 'off'}>"
+            f"dropped={s.dropped} errors={s.errors} spans={'on' if self._spans_on else 'off'} "
+            f"delivery={'inline' if self._inline else 'thread'}>"
         )
 
     def wants(self, method: str) -> bool:
@@ -137,6 +149,9 @@ class Meter:
     def emit(self, method: str, *args: Any) -> None:
         """Queue ``sink.method(*args)`` for the sink's thread; never blocks, never raises."""
         if method not in self._wanted:
+            return
+        if self._inline:
+            self._deliver_inline(method, args)
             return
         with self._lock:
             if self._pending >= MAX_PENDING:
@@ -213,6 +228,24 @@ class Meter:
         except Exception as exc:
             self._sink_failed(method, exc)
 
+    def _deliver_inline(self, method: str, args: tuple[Any, ...]) -> None:
+        started = time.monotonic()
+        self._deliver(method, args)
+        slow = time.monotonic() - started > SLOW_SPAN_SECONDS
+        with self._lock:
+            self._delivered += 1
+            if slow:
+                self._slow_events += 1
+                was_inline, self._inline = self._inline, False
+        if slow and was_inline:
+            log.warning(
+                "metrics sink %s: an inline %s call took over %.0f ms; its events go through "
+                "the delivery thread from now on",
+                type(self.sink).__name__,
+                method,
+                SLOW_SPAN_SECONDS * 1000,
+            )
+
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every event queued so far was delivered; ``False`` on timeout.
 
@@ -233,7 +266,12 @@ class Meter:
         """A snapshot of what this meter did so far."""
         with self._lock:
             return MeterStats(
-                self._delivered, self._dropped, self._errors, self._slow_spans, self._pending
+                self._delivered,
+                self._dropped,
+                self._errors,
+                self._slow_spans,
+                self._pending,
+                self._slow_events,
             )
 
     def start_span(

@@ -152,7 +152,13 @@ class PrometheusMetrics(EtcdMetrics):
         async with connect(endpoints, resilience=ResilienceConfig(metrics=sink)) as measured:
             await measured.put(prefix + "/k", b"v")
         print(sink.registry is not None)  # True
+
+    Events are delivered inline (:attr:`~etcd_recipes.EtcdMetrics.deliver_inline`): each
+    one is an in-memory update of about a microsecond, which is cheaper than handing it to a
+    thread.
     """
+
+    deliver_inline = True
 
     def __init__(
         self, *, registry: CollectorRegistry | None = None, namespace: str = "etcd_recipes"

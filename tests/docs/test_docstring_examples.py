@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import inspect
+import itertools
 import os
 import re
 import threading
@@ -79,7 +80,8 @@ def _blocks(doc: str) -> Iterator[str]:
 
 
 def collect() -> list[DocExample]:
-    """Every example block of every docstring (module, class, function) in the package."""
+    """Every example block of every docstring (module, class, function, attribute) in the
+    package."""
     found: list[DocExample] = []
     root = PACKAGE.parent
     for file in sorted(PACKAGE.rglob("*.py")):
@@ -90,14 +92,30 @@ def collect() -> list[DocExample]:
             for n in ast.walk(tree)
             if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
         ]
+        docs: list[tuple[int, str]] = []
         for node in nodes:
             doc = ast.get_docstring(node, clean=True)
-            if not doc:
-                continue
-            line = node.body[0].lineno if node.body else 1
+            if doc:
+                docs.append((node.body[0].lineno if node.body else 1, doc))
+            docs += _attribute_docs(node)
+        for line, doc in docs:
             for code in _blocks(doc):
                 found.append(DocExample(str(file.relative_to(root)), line, code))
     return found
+
+
+def _attribute_docs(node: Any) -> Iterator[tuple[int, str]]:
+    """The docstrings of a module's or class's attributes: a string right after an assignment
+    (the convention Sphinx and the API pages read)."""
+    body = getattr(node, "body", [])
+    for before, stmt in itertools.pairwise(body):
+        if (
+            isinstance(before, (ast.Assign, ast.AnnAssign))
+            and isinstance(stmt, ast.Expr)
+            and isinstance(stmt.value, ast.Constant)
+            and isinstance(stmt.value.value, str)
+        ):
+            yield stmt.lineno, inspect.cleandoc(stmt.value.value)
 
 
 EXAMPLES = collect()
