@@ -420,6 +420,6 @@ def test_every_sync_entry_point_rejects_bad_input(etcd_server, etcd_prefix):
             out = _walk_sync(Env(client, etcd_prefix + "s", grant.id, client.endpoints))
         finally:
             client.lease_revoke(grant.id)
-    assert threading.active_count() < 50
+    assert threading.active_count() < 50, sorted(t.name for t in threading.enumerate())
     assert out.failures == [], "\n".join([f"{len(out.failures)} of {out.checked}", *out.failures])
     assert out.checked >= MIN_CHECKED, out.checked

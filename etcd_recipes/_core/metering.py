@@ -10,6 +10,9 @@ does not wait):
 
 * a sink method that raises is counted (``errors``) and logged once per method at WARNING;
   the recipe never sees it;
+* the thread ends after :data:`IDLE_SECONDS` with nothing to deliver and the next event
+  starts a new one, so a sink that is no longer used (a test's, a closed app's) leaves no
+  thread behind;
 * a sink method that blocks stalls only that thread; while it is stuck, events queue up to
   :data:`MAX_PENDING` and then are dropped and counted (``dropped``), never waited for;
 * events whose method the sink does not override are skipped before they are queued, so the
@@ -47,6 +50,7 @@ from ..metrics import EtcdMetrics, MetricsSpan
 from .logctx import library_logger
 
 __all__ = [
+    "IDLE_SECONDS",
     "LINGER_SECONDS",
     "MAX_PENDING",
     "SLOW_SPAN_SECONDS",
@@ -65,6 +69,10 @@ MAX_PENDING = 10_000
 LINGER_SECONDS = 0.005
 """The least time between two batches the sink's thread delivers (the first event after a
 quiet spell is delivered at once)."""
+
+IDLE_SECONDS = 1.0
+"""A sink's delivery thread ends after this long with nothing to deliver (the next event
+starts a new one), so sinks that are no longer used leave no thread behind."""
 
 SLOW_SPAN_SECONDS = 0.05
 """A ``start_span``/``end`` call slower than this switches spans off for that sink; an inline
@@ -186,7 +194,12 @@ class Meter:
     def _run(ref: weakref.ref[Meter], wake: threading.Event, hurry: threading.Event) -> None:
         drained = 0.0
         while True:
-            wake.wait()
+            if not wake.wait(IDLE_SECONDS):
+                self = ref()
+                if self is None or self._retire():
+                    return  # the sink is gone, or idle: the next event starts a new thread
+                del self
+                continue
             wake.clear()
             # The first event after a quiet spell is delivered at once; while events keep
             # coming, at most one batch per LINGER_SECONDS: one wake-up (and one GIL hand-over)
@@ -201,6 +214,14 @@ class Meter:
             self._drain()
             del self
             drained = time.monotonic()
+
+    def _retire(self) -> bool:
+        """End the idle thread (``True``) unless an event arrived meanwhile."""
+        with self._lock:
+            if self._events or not self._idle:
+                return False
+            self._thread = None
+            return True
 
     def _drain(self) -> None:
         """Deliver queued events until none is left, then mark the thread idle (the queue is

@@ -133,6 +133,7 @@ class Runtime:
         self._stop_event: asyncio.Event | None = None
         self._loop_ident = 0
         self._tasks: dict[asyncio.Task[None], Call] = {}
+        self._scope_class: type[anyio.CancelScope] = anyio.CancelScope
         self.root: Any = None
         """The async object closed (``aclose()``) when the runtime stops: the client."""
         self._twins: weakref.WeakValueDictionary[int, SyncTwin] = weakref.WeakValueDictionary()
@@ -198,12 +199,13 @@ class Runtime:
     def _closed_error(self) -> ClientClosedError:
         return ClientClosedError("the sync client was closed")
 
-    def _submit(self, call: Call, callback: Callable[[Call], None]) -> None:
+    def _submit(self, callback: Callable[..., None], *args: Any) -> None:
+        """Schedule ``callback(*args)`` on the loop: the one hand-over to the loop thread."""
         with self._lock:
             if self._state != "running":
                 raise self._closed_error()
             assert self._loop is not None
-            self._loop.call_soon_threadsafe(callback, call, context=self._context)
+            self._loop.call_soon_threadsafe(callback, *args, context=self._context)
 
     # ------------------------------------------------------------------ calls
 
@@ -211,7 +213,7 @@ class Runtime:
         """Await ``fn(*args, **kwargs)`` on the loop and return its result (see module doc)."""
         self._check_caller()
         call = Call(current_deadline())
-        self._submit(call, functools.partial(self._spawn, fn, args, kwargs))
+        self._submit(self._spawn, fn, args, kwargs, call)
         return self._wait(call)  # type: ignore[no-any-return]
 
     def call_closing(
@@ -223,7 +225,7 @@ class Runtime:
             return None
         call = Call(None)
         try:
-            self._submit(call, functools.partial(self._spawn, fn, args, kwargs))
+            self._submit(self._spawn, fn, args, kwargs, call)
         except ClientClosedError:
             return None
         return self._wait(call)  # type: ignore[no-any-return]
@@ -246,7 +248,7 @@ class Runtime:
                 c.done.set()
 
         try:
-            self._submit(call, run)
+            self._submit(run, call)
         except ClientClosedError:
             return fn(*args, **kwargs)
         return self._wait(call)  # type: ignore[no-any-return]
@@ -263,15 +265,14 @@ class Runtime:
         # Always under an anyio cancel scope: cancelling the task natively would pierce anyio
         # shields inside the call (e.g. anyio.to_thread waiting for a hook to return).
         task = self._loop.create_task(self._execute(call, fn, args, kwargs))
-        self._tasks[task] = call
-        task.add_done_callback(self._tasks.pop)
+        self._tasks[task] = call  # _execute removes it as it ends (no done-callback handle)
 
     async def _execute(
         self, call: Call, fn: Callable[..., Awaitable[Any]], args: Any, kwargs: Any
     ) -> None:
         CALLER.set(call.caller)  # this task's own context: holds belong to the thread
         try:
-            with anyio.CancelScope(deadline=scope_deadline(call.deadline)) as scope:
+            with self._scope_class(deadline=scope_deadline(call.deadline)) as scope:
                 call.scope = scope
                 if call.reason:
                     scope.cancel()
@@ -282,6 +283,7 @@ class Runtime:
             call.error = exc
         finally:
             call.scope = None
+            self._tasks.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
             call.done.set()
 
     def _cancel_error(self, call: Call) -> BaseException | None:
@@ -328,7 +330,7 @@ class Runtime:
         """
         self._check_caller()
         run = ContextRun(cm, current_deadline())
-        self._submit(run, self._spawn_context)
+        self._submit(self._spawn_context, run)
         try:
             while not run.entered.wait(_POLL):
                 pass
@@ -373,8 +375,7 @@ class Runtime:
         assert isinstance(run, ContextRun)
         assert self._loop is not None
         task = self._loop.create_task(self._run_context(run))
-        self._tasks[task] = run
-        task.add_done_callback(self._tasks.pop)
+        self._tasks[task] = run  # _run_context removes it as it ends
 
     def _release_context(self, run: ContextRun) -> None:
         if run.exit_event is not None:
@@ -402,6 +403,7 @@ class Runtime:
         finally:
             run.scope = None
             run.exit_args = (None, None, None)
+            self._tasks.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
             run.done.set()
             run.entered.set()
 
@@ -506,6 +508,9 @@ class Runtime:
         self._loop = asyncio.get_running_loop()
         self._context = contextvars.copy_context()
         self._stop_event = asyncio.Event()
+        # anyio.CancelScope() looks the backend up (sniffio) and initializes twice on every
+        # call; its asyncio class, taken once here, is the same scope without that.
+        self._scope_class = type(anyio.CancelScope())
         self._loop_ident = threading.get_ident()
         self._state = "running"
         self._ready.set()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import pytest
 
@@ -197,3 +197,46 @@ async def test_closing_the_client_delivers_what_was_reported(etcd_server, etcd_p
             assert await mutex.release()
         await mutex.aclose()
     assert sink.waits == ["acquired"] * 5  # read right after aclose(): nothing still queued
+
+
+def _wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_an_idle_delivery_thread_ends_and_the_next_event_starts_one() -> None:
+    sink = Recording()
+    meter = Meter(sink)
+    meter.emit("lock_wait_finished", "DistributedMutex", "", 1.0, "acquired")
+    assert meter.flush()
+    first = meter._thread
+    assert first is not None
+    # Nothing to deliver for IDLE_SECONDS: the thread ends (and says so by clearing _thread).
+    assert _wait_until(lambda: not first.is_alive())
+    assert meter._thread is None
+    meter.emit("lock_wait_finished", "DistributedMutex", "", 2.0, "acquired")
+    assert meter.flush()
+    assert [c[3] for c in sink.calls] == [1.0, 2.0]
+    assert meter._thread is not None
+    assert meter._thread is not first
+
+
+def test_a_dropped_sink_leaves_no_thread_behind() -> None:
+    def names() -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name == "etcd-recipes-metrics[Dropped]"]
+
+    class Dropped(Recording):
+        pass
+
+    assert names() == []
+    for _ in range(20):  # twenty sinks used once each, as twenty tests would
+        meter = Meter(Dropped())
+        meter.emit("lock_wait_finished", "DistributedMutex", "", 1.0, "acquired")
+        assert meter.flush()
+    del meter
+    assert len(names()) >= 1
+    assert _wait_until(lambda: names() == [])
