@@ -16,7 +16,8 @@ client, with 4 producer and 4 consumer asyncio tasks:
 * **latency** -- enqueue -> item in hand with one consumer parked on an empty queue (p50 target
   under 5 ms on loopback), for both queues;
 * **memory** -- resident memory per parked ``dequeue()`` / ``receive()`` consumer, 1,000 of
-  them in one process (each its own queue instance and task).
+  them in one process (each its own queue instance and task; target <= 10 KB each): the
+  growth from 1,000 to 2,000 parked consumers of a kind, and the Python heap of 1,000.
 
 Throughput rows run ``--repeats`` times, alternating their order; the medians are reported,
 with the CPU time (this process + etcd) spent per item when the benchmark started etcd itself
@@ -194,7 +195,10 @@ async def latency(client: EtcdClient, root: str, samples: int, kind: str) -> lis
 
 
 def parked_waiters(client: EtcdClient) -> int:
-    """Consumers parked on the client's shared put-waits (``_core/waiting.py``)."""
+    """Consumers parked on the client's shared put-waits (``_core/waiting.py``; before those,
+    a watch each)."""
+    if not hasattr(client._watch_hub, "shared"):
+        return client._watch_hub.watcher_count
     shared = client._watch_hub.shared.values()
     return len({future for waker in shared for future in getattr(waker, "waiters", ())})
 
@@ -224,12 +228,15 @@ async def release(tasks: list[asyncio.Task[object]]) -> None:
 async def memory(client: EtcdClient, root: str, n: int) -> dict[str, tuple[float, float]]:
     """Per parked consumer: (growth of resident memory, Python heap traced by tracemalloc).
 
-    Resident memory is measured first, for each kind on top of the other (no release in
-    between, so neither reuses memory the other freed); then the Python heap, in a second round
-    under tracemalloc."""
+    Resident memory is the slope between ``n`` and ``2 n`` parked consumers of a kind -- what
+    each further consumer adds, not the allocator's first growth for the in-flight reads of a
+    batch, which the first ``n`` absorb -- for each kind on top of the other (no release in
+    between, so neither reuses memory the other freed); then the Python heap of ``n``, in a
+    second round under tracemalloc."""
     out: dict[str, list[float]] = {"fifo": [], "work": []}
     parked: list[asyncio.Task[object]] = []
     for kind in out:
+        parked += await park(client, f"{root}{kind}/", n, kind)
         gc.collect()
         before = rss()
         parked += await park(client, f"{root}{kind}/", n, kind)
