@@ -1,11 +1,16 @@
 """Waiting for a change in etcd, and the cancellation contract every waiting recipe inherits.
 
-Three pieces:
+Four pieces:
 
 * :func:`wait_for_change` -- the waiter pattern (reference.md §2.7): the caller has read the
   state at revision ``R``; we watch from ``R + 1`` (nothing can fall between the read and the
   watch), return when an event satisfies ``trigger``, re-probe the state after every watch
   recovery (resubscribe or compaction resync), and raise if the watch fails for good.
+* :func:`wait_for_put_under` -- the same guarantee for "a key was put under this prefix after
+  ``R``" (the queues' empty-queue wait), with **one watch per client and prefix** shared by
+  every parked waiter, each of which is a bare future: thousands of parked consumers cost a
+  few KB each and one watch. Not guaranteed: the absence of spurious wake-ups (after a
+  recovery, or for a read older than the shared watch's anchor); callers re-read anyway.
 * :func:`abort_guard` -- the cancellation contract (DESIGN §4): if the guarded block ends by
   cancellation, timeout or error, the recipe's ``cleanup`` runs **to completion**, shielded
   from the cancellation and bounded in time, and then the original exception -- the caller's
