@@ -62,7 +62,8 @@ than the clock skew between producer and consumer (ready times are producers' cl
 reference). A JVM consumer promotes an item requeued with a delay under a new id (its attempt
 count starts afresh) and leaves ``reasons/`` behind when it purges (a stale reason is ignored).
 
-Deviations from the Kotlin library: the wait for items is anchored at the snapshot's revision + 1;
+Deviations from the Kotlin library: the wait for items is anchored at the snapshot's revision + 1
+(or before: a client's consumers share one watch per prefix);
 orphans are detected by a receive that reads the queue afresh (two count reads in the head
 read's round trip); ``ack``/``requeue`` also compare the marker's create revision, so a stale
 item cannot settle a later claim of the same consumer; producers write with a create-only
