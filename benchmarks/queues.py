@@ -3,6 +3,7 @@
 Run by hand (not part of the test suite)::
 
     .venv/bin/python benchmarks/queues.py [--items 4000] [--repeats 3] [--endpoint HOST:PORT]
+    .venv/bin/python benchmarks/queues.py --only memory     # one part: throughput, latency, memory
 
 Starts its own etcd unless --endpoint is given. Everything is measured in one run, on one
 client, with 4 producer and 4 consumer asyncio tasks:
@@ -15,7 +16,8 @@ client, with 4 producer and 4 consumer asyncio tasks:
 * **latency** -- enqueue -> item in hand with one consumer parked on an empty queue (p50 target
   under 5 ms on loopback), for both queues;
 * **memory** -- resident memory per parked ``dequeue()`` / ``receive()`` consumer, 1,000 of
-  them in one process (each its own queue instance and task).
+  them in one process (each its own queue instance and task; target <= 10 KB each): the
+  growth from 1,000 to 2,000 parked consumers of a kind, and the Python heap of 1,000.
 
 Throughput rows run ``--repeats`` times, alternating their order; the medians are reported,
 with the CPU time (this process + etcd) spent per item when the benchmark started etcd itself
@@ -192,9 +194,18 @@ async def latency(client: EtcdClient, root: str, samples: int, kind: str) -> lis
     return out
 
 
+def parked_waiters(client: EtcdClient) -> int:
+    """Consumers parked on the client's shared put-waits (``_core/waiting.py``; before those,
+    a watch each)."""
+    if not hasattr(client._watch_hub, "shared"):
+        return client._watch_hub.watcher_count
+    shared = client._watch_hub.shared.values()
+    return len({future for waker in shared for future in getattr(waker, "waiters", ())})
+
+
 async def park(client: EtcdClient, root: str, n: int, kind: str) -> list[asyncio.Task[object]]:
     """Start ``n`` consumers (each its own queue instance and task), return once all wait."""
-    base = client._watch_hub.watcher_count
+    base = parked_waiters(client)
     tasks: list[asyncio.Task[object]] = []
     for start in range(0, n, 250):  # in batches: in-flight RPC buffers are not per-consumer
         for _ in range(start, min(n, start + 250)):
@@ -202,7 +213,7 @@ async def park(client: EtcdClient, root: str, n: int, kind: str) -> list[asyncio
                 tasks.append(asyncio.create_task(DistributedQueue(client, root).dequeue()))
             else:
                 tasks.append(asyncio.create_task(DistributedWorkQueue(client, root).receive()))
-        while client._watch_hub.watcher_count < base + len(tasks):
+        while parked_waiters(client) < base + len(tasks):
             await asyncio.sleep(0.01)
     await asyncio.sleep(0.3)
     return tasks
@@ -217,12 +228,15 @@ async def release(tasks: list[asyncio.Task[object]]) -> None:
 async def memory(client: EtcdClient, root: str, n: int) -> dict[str, tuple[float, float]]:
     """Per parked consumer: (growth of resident memory, Python heap traced by tracemalloc).
 
-    Resident memory is measured first, for each kind on top of the other (no release in
-    between, so neither reuses memory the other freed); then the Python heap, in a second round
-    under tracemalloc."""
+    Resident memory is the slope between ``n`` and ``2 n`` parked consumers of a kind -- what
+    each further consumer adds, not the allocator's first growth for the in-flight reads of a
+    batch, which the first ``n`` absorb -- for each kind on top of the other (no release in
+    between, so neither reuses memory the other freed); then the Python heap of ``n``, in a
+    second round under tracemalloc."""
     out: dict[str, list[float]] = {"fifo": [], "work": []}
     parked: list[asyncio.Task[object]] = []
     for kind in out:
+        parked += await park(client, f"{root}{kind}/", n, kind)
         gc.collect()
         before = rss()
         parked += await park(client, f"{root}{kind}/", n, kind)
@@ -252,72 +266,88 @@ def cpu_seconds(proc: psutil.Process | None) -> float:
     return float(times.user + times.system)
 
 
+PARTS = ("throughput", "latency", "memory")
+
+
 async def main_async(
-    endpoint: str, etcd_pid: int | None, items: int, repeats: int, samples: int, parked: int
+    endpoint: str,
+    etcd_pid: int | None,
+    items: int,
+    repeats: int,
+    samples: int,
+    parked: int,
+    parts: tuple[str, ...] = PARTS,
 ) -> None:
-    me = psutil.Process()
-    etcd = psutil.Process(etcd_pid) if etcd_pid else None
     async with connect(endpoint) as client:
         await fifo(client, "/bench/warmup/", 200)  # imports, stream set-up
-        rows: dict[str, list[float]] = {"floor": [], "fifo": [], "work": []}
-        cpu: dict[str, list[float]] = {"floor": [], "fifo": [], "work": []}
-        runs = {"floor": floor, "fifo": fifo, "work": work_queue}
-        order = list(runs)
-        for r in range(repeats):
-            for name in order if r % 2 == 0 else reversed(order):
-                root = f"/bench/{name}-{r}/"
-                c0, e0 = cpu_seconds(me), cpu_seconds(etcd)
-                rate = await runs[name](client, root, items)
-                used = (cpu_seconds(me) - c0 + cpu_seconds(etcd) - e0) / items
-                rows[name].append(rate)
-                cpu[name].append(used)
+        if "throughput" in parts:
+            await throughput(client, etcd_pid, items, repeats)
+        if "latency" in parts:
+            for kind, label in (("fifo", "DistributedQueue"), ("work", "DistributedWorkQueue")):
+                lat = await latency(client, f"/bench/latency-{kind}/", samples, kind)
                 print(
-                    f"  run {r + 1} {name:5s}: {rate:7.0f} items/s, "
-                    f"{used * 1e3:.2f} ms CPU per item (client + etcd)",
-                    flush=True,
+                    f"latency enqueue -> item in hand, parked consumer, {label:20s}: "
+                    f"p50 {pct(lat, 0.5) * 1e3:.2f} ms, p99 {pct(lat, 0.99) * 1e3:.2f} ms "
+                    f"({samples} samples; target p50 < 5 ms)"
                 )
-                await client.delete(root, prefix=True)
-                status = await client.status()
-                await client.compact(status.revision)
-        med = {name: statistics.median(v) for name, v in rows.items()}
-        per = {name: statistics.median(v) for name, v in cpu.items()}
-        print()
-        print(
-            f"throughput, {PRODUCERS} producers + {CONSUMERS} consumers, {items} items, "
-            f"median of {repeats}:"
-        )
-        print(f"  raw floor (put + range + guarded delete) : {med['floor']:7.0f} items/s")
-        print(
-            f"  DistributedQueue enqueue/dequeue        : {med['fifo']:7.0f} items/s "
-            f"= {med['fifo'] / med['floor']:.0%} of the floor (target >= 60%)"
-        )
-        print(
-            f"  DistributedWorkQueue enqueue/receive+ack: {med['work']:7.0f} items/s "
-            f"= {med['work'] / med['floor']:.0%} of the floor (target >= 40%)"
-        )
-        if etcd is not None:  # a steadier view on a busy machine: CPU spent per item
+            print()
+        if "memory" in parts:
+            sizes = await memory(client, "/bench/parked/", parked)
+            for kind, label in (("fifo", "dequeue()"), ("work", "receive()")):
+                resident, heap = sizes[kind]
+                print(
+                    f"memory per parked {label:10s}: {resident / 1024:.1f} KB resident, "
+                    f"{heap / 1024:.1f} KB Python heap ({parked} consumers in one process, "
+                    f"each its own queue instance; target <= 10 KB resident)"
+                )
+
+
+async def throughput(client: EtcdClient, etcd_pid: int | None, items: int, repeats: int) -> None:
+    me = psutil.Process()
+    etcd = psutil.Process(etcd_pid) if etcd_pid else None
+    rows: dict[str, list[float]] = {"floor": [], "fifo": [], "work": []}
+    cpu: dict[str, list[float]] = {"floor": [], "fifo": [], "work": []}
+    runs = {"floor": floor, "fifo": fifo, "work": work_queue}
+    order = list(runs)
+    for r in range(repeats):
+        for name in order if r % 2 == 0 else reversed(order):
+            root = f"/bench/{name}-{r}/"
+            c0, e0 = cpu_seconds(me), cpu_seconds(etcd)
+            rate = await runs[name](client, root, items)
+            used = (cpu_seconds(me) - c0 + cpu_seconds(etcd) - e0) / items
+            rows[name].append(rate)
+            cpu[name].append(used)
             print(
-                f"  CPU per item (client + etcd): floor {per['floor'] * 1e3:.2f} ms, FIFO "
-                f"{per['fifo'] * 1e3:.2f} ms ({per['floor'] / per['fifo']:.0%}), work queue "
-                f"{per['work'] * 1e3:.2f} ms ({per['floor'] / per['work']:.0%})"
+                f"  run {r + 1} {name:5s}: {rate:7.0f} items/s, "
+                f"{used * 1e3:.2f} ms CPU per item (client + etcd)",
+                flush=True,
             )
-        print()
-        for kind, label in (("fifo", "DistributedQueue"), ("work", "DistributedWorkQueue")):
-            lat = await latency(client, f"/bench/latency-{kind}/", samples, kind)
-            print(
-                f"latency enqueue -> item in hand, parked consumer, {label:20s}: "
-                f"p50 {pct(lat, 0.5) * 1e3:.2f} ms, p99 {pct(lat, 0.99) * 1e3:.2f} ms "
-                f"({samples} samples; target p50 < 5 ms)"
-            )
-        print()
-        sizes = await memory(client, "/bench/parked/", parked)
-        for kind, label in (("fifo", "dequeue()"), ("work", "receive()")):
-            resident, heap = sizes[kind]
-            print(
-                f"memory per parked {label:10s}: {resident / 1024:.1f} KB resident, "
-                f"{heap / 1024:.1f} KB Python heap "
-                f"({parked} consumers in one process, one watch stream)"
-            )
+            await client.delete(root, prefix=True)
+            status = await client.status()
+            await client.compact(status.revision)
+    med = {name: statistics.median(v) for name, v in rows.items()}
+    per = {name: statistics.median(v) for name, v in cpu.items()}
+    print()
+    print(
+        f"throughput, {PRODUCERS} producers + {CONSUMERS} consumers, {items} items, "
+        f"median of {repeats}:"
+    )
+    print(f"  raw floor (put + range + guarded delete) : {med['floor']:7.0f} items/s")
+    print(
+        f"  DistributedQueue enqueue/dequeue        : {med['fifo']:7.0f} items/s "
+        f"= {med['fifo'] / med['floor']:.0%} of the floor (target >= 60%)"
+    )
+    print(
+        f"  DistributedWorkQueue enqueue/receive+ack: {med['work']:7.0f} items/s "
+        f"= {med['work'] / med['floor']:.0%} of the floor (target >= 40%)"
+    )
+    if etcd is not None:  # a steadier view on a busy machine: CPU spent per item
+        print(
+            f"  CPU per item (client + etcd): floor {per['floor'] * 1e3:.2f} ms, FIFO "
+            f"{per['fifo'] * 1e3:.2f} ms ({per['floor'] / per['fifo']:.0%}), work queue "
+            f"{per['work'] * 1e3:.2f} ms ({per['floor'] / per['work']:.0%})"
+        )
+    print()
 
 
 def main() -> None:
@@ -327,6 +357,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=300, help="latency samples per queue")
     parser.add_argument("--parked", type=int, default=1000, help="parked consumers (memory)")
     parser.add_argument("--endpoint")
+    parser.add_argument("--only", choices=PARTS, action="append", help="run only these parts")
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
         if args.endpoint:
@@ -334,7 +365,10 @@ def main() -> None:
         else:
             server = stack.enter_context(EtcdServer())
             endpoint, pid = server.endpoint, server.pid
-        asyncio.run(main_async(endpoint, pid, args.items, args.repeats, args.samples, args.parked))
+        parts = tuple(args.only or PARTS)
+        asyncio.run(
+            main_async(endpoint, pid, args.items, args.repeats, args.samples, args.parked, parts)
+        )
 
 
 if __name__ == "__main__":

@@ -159,7 +159,7 @@ class EventStream(Generic[T]):
         self._closed = True
         self._error = error
         broadcast, self._broadcast = self._broadcast, None
-        if broadcast is not None:
+        if broadcast is not None and broadcast._streams is not None:
             broadcast._streams.discard(self)
         self._wake()
 
@@ -218,6 +218,18 @@ class Broadcast(Generic[T]):
     start with it too.
     """
 
+    __slots__ = (
+        "_closed",
+        "_current",
+        "_dispatchers",
+        "_failure",
+        "_listeners_start_current",
+        "_loop",
+        "_on_error",
+        "_streams",
+        "name",
+    )
+
     def __init__(
         self,
         name: str,
@@ -230,7 +242,9 @@ class Broadcast(Generic[T]):
         self._on_error = on_error
         self._current = current
         self._listeners_start_current = listeners_start_current
-        self._streams: weakref.WeakSet[EventStream[T]] = weakref.WeakSet()
+        # Created with the first stream: most recipes' broadcasts never get one (a parked
+        # waiter's recipe carries two or three, and a WeakSet costs ~1 KB).
+        self._streams: weakref.WeakSet[EventStream[T]] | None = None
         self._dispatchers: list[_Dispatcher[T]] = []
         self._closed = False
         self._failure: BaseException | None = None
@@ -238,14 +252,14 @@ class Broadcast(Generic[T]):
 
     def __repr__(self) -> str:
         return (
-            f"<Broadcast {self.name} streams={len(self._streams)} "
+            f"<Broadcast {self.name} streams={self.stream_count} "
             f"listeners={len(self._dispatchers)}{' closed' if self._closed else ''}>"
         )
 
     @property
     def stream_count(self) -> int:
         """Registered streams (closed, overflowed and dropped ones excluded)."""
-        return len(self._streams)
+        return len(self._streams) if self._streams is not None else 0
 
     @property
     def listener_count(self) -> int:
@@ -268,6 +282,8 @@ class Broadcast(Generic[T]):
                 stream._offer(first)
             stream._end(self._failure)
             return stream
+        if self._streams is None:
+            self._streams = weakref.WeakSet()
         self._streams.add(stream)
         if self._current is not None and (first := self._current()) is not None:
             stream._offer(first)
@@ -309,7 +325,7 @@ class Broadcast(Generic[T]):
         if loop is not None and not _running_in(loop):
             loop.call_soon_threadsafe(self.publish, item)
             return
-        for stream in list(self._streams):
+        for stream in list(self._streams or ()):
             stream._offer(item)
         for dispatcher in self._dispatchers:
             dispatcher.offer(item)
@@ -320,13 +336,13 @@ class Broadcast(Generic[T]):
         if self._closed or self._failure is not None:
             return
         self._failure = error
-        for stream in list(self._streams):
+        for stream in list(self._streams or ()):
             stream._end(error)
 
     async def aclose(self) -> None:
         """End every stream (after their buffered items) and stop every listener."""
         self._closed = True
-        for stream in list(self._streams):
+        for stream in list(self._streams or ()):
             stream._end()
         tasks = [t for d in self._dispatchers if (t := d.stop()) is not None]
         self._dispatchers.clear()

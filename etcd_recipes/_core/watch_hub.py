@@ -52,6 +52,8 @@ class WatchHub:
         self._closed = False
         self.streams_opened = 0
         """How many Watch streams this hub has opened (for tests and diagnostics)."""
+        self.shared: dict[Any, Any] = {}
+        """Waits that share one watch among many waiters, by key (see ``waiting.py``)."""
 
     @property
     def watcher_count(self) -> int:

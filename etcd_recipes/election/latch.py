@@ -121,6 +121,13 @@ class LeaderLatch(_Candidate):
                 await term._hold.release()  # shielded and bounded
 
     async def _do_close(self) -> None:
+        term = self._term
+        if term is not None and term.is_current:
+            # Hand over first: the next candidate waits on this delete, and nothing of the
+            # rest (stopping the contest task, leaving) must come before it. The contest's
+            # own step-down and release then find the term over (both are idempotent).
+            self._step_down(term)
+            await term._hold.release()
         task, self._contest_task = self._contest_task, None
         if task is not None and task is not asyncio.current_task():
             task.cancel()

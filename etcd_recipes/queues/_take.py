@@ -13,7 +13,6 @@ cancellation-safe commit and the nested compare chain):
 * :func:`first_present` / :func:`outcome` / :func:`next_reach` build and read the chain of
   nested compares that lets a take that lost a race move on to the next item in the same
   transaction, and shrink that chain back to one compare without contention;
-* :class:`Waits` ends parked waits at once when their recipe closes.
 
 Not guaranteed here: delivery (a take deletes; see :mod:`.fifo`), or any order across
 consumers.
@@ -22,18 +21,15 @@ consumers.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, cast
-
-import anyio
 
 from .._core.keys import append_to_path
 from .._core.recipe import Recipe
 from .._core.txn import AnyOp, Cmp, Compare, GetOp, Op
 from .._core.validate import check_timeout, check_values
-from .._core.waiting import abort_guard, wait_for_put_under
+from .._core.waiting import Interrupts, abort_guard, wait_for_put_under
 from ..codecs import Codec, ValueT, as_codec, to_bytes
 from ..errors import (
     CodecError,
@@ -209,53 +205,6 @@ async def commit(
         return await asyncio.shield(task)
 
 
-class Waits:
-    """The parked waits of one recipe, so that closing the recipe ends them at once (the
-    waiting call then raises :class:`~etcd_recipes.errors.RecipeClosedError`)."""
-
-    def __init__(self) -> None:
-        self._scopes: set[anyio.CancelScope] = set()
-
-    @contextlib.contextmanager
-    def scope(self) -> Iterator[None]:
-        with anyio.CancelScope() as scope:
-            self._scopes.add(scope)
-            try:
-                yield
-            finally:
-                self._scopes.discard(scope)
-
-    def end_all(self) -> None:
-        for scope in list(self._scopes):
-            scope.cancel()
-
-
-async def wait_for_put_under_any(
-    client: EtcdClient,
-    prefixes: Sequence[str],
-    revision: int,
-    timeout: float | None,
-    on_recovery: Callable[[Any], Any],
-) -> bool:
-    """Wait until a key is put under any of ``prefixes`` after ``revision`` (one anchored
-    watch each, all ended on return or cancellation); False on timeout."""
-    waits = [
-        asyncio.ensure_future(
-            wait_for_put_under(
-                client, p, after_revision=revision, timeout=timeout, on_recovery=on_recovery
-            )
-        )
-        for p in prefixes
-    ]
-    try:
-        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for wait in waits:
-            wait.cancel()
-        await asyncio.gather(*waits, return_exceptions=True)
-    return any(wait.result() for wait in done)
-
-
 def first_present(
     window: Sequence[KeyValue], fallback: GetOp
 ) -> tuple[list[Compare], list[AnyOp], list[AnyOp]]:
@@ -331,7 +280,7 @@ class TakeQueue(Recipe, Generic[ValueT]):
         self._prefix = append_to_path(self.path, "")
         self._cache: list[KeyValue] = []  # FIFO only: the rest of the last window read
         self._reach = 1  # candidates the next take tries (see next_reach)
-        self._waits = Waits()
+        self._waits = Interrupts()  # closing ends the parked waits at once
 
     async def dequeue(self) -> ValueT:
         """Take the head of the queue, waiting for an item as long as it takes.
@@ -463,8 +412,7 @@ class TakeQueue(Recipe, Generic[ValueT]):
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if not wait or (remaining is not None and remaining <= 0):
                     return None
-                with self._waits.scope():
-                    await self._wait_for_item(revision, remaining)
+                await self._wait_for_item(revision, remaining)
                 self._check_open()
                 continue
             values = self._decoded(window[: self._reach])
@@ -496,7 +444,7 @@ class TakeQueue(Recipe, Generic[ValueT]):
             window, revision = await self._window(fresh), result.revision
 
     async def _do_close(self) -> None:
-        self._waits.end_all()
+        self._waits.interrupt_all()
 
     async def _put_back(self, result: TxnResult) -> None:
         _, reached = outcome(result)
@@ -512,4 +460,5 @@ class TakeQueue(Recipe, Generic[ValueT]):
             after_revision=revision,
             timeout=timeout,
             on_recovery=self._on_recovery_event,
+            interrupts=self._waits,
         )

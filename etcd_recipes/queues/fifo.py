@@ -32,9 +32,10 @@ Guarantees:
 * with one consumer, items come out in commit order, a batch in argument order (also beyond
   12 items, where etcd's own sort of equal revisions is unstable: ties are broken by key here);
 * ``enqueue_all`` is atomic: the whole batch becomes visible at one revision, or nothing does;
-* an empty queue is waited on with a watch anchored at the empty read's revision + 1, so an
-  item enqueued in between is never missed; after waking, the true head is re-read (the first
-  put seen is not necessarily the head); the wait survives server restarts and compaction;
+* an empty queue is waited on with a watch anchored at or before the empty read's revision +
+  1 (one watch per client and queue path, shared by every consumer parked on it), so an item
+  enqueued in between is never missed; after waking, the true head is re-read (the first put
+  seen is not necessarily the head); the wait survives server restarts and compaction;
 * cancelling ``dequeue()`` or ``poll()`` (task cancel, ``anyio.fail_after``, ``asyncio.timeout``,
   Ctrl-C in the sync facade) consumes nothing: a take whose delete was already in flight puts
   the item back under its key (it then sorts after what was enqueued before the put-back);

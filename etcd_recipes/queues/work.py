@@ -62,7 +62,8 @@ than the clock skew between producer and consumer (ready times are producers' cl
 reference). A JVM consumer promotes an item requeued with a delay under a new id (its attempt
 count starts afresh) and leaves ``reasons/`` behind when it purges (a stale reason is ignored).
 
-Deviations from the Kotlin library: the wait for items is anchored at the snapshot's revision + 1;
+Deviations from the Kotlin library: the wait for items is anchored at the snapshot's revision + 1
+(or before: a client's consumers share one watch per prefix);
 orphans are detected by a receive that reads the queue afresh (two count reads in the head
 read's round trip); ``ack``/``requeue`` also compare the marker's create revision, so a stale
 item cannot settle a later claim of the same consumer; producers write with a create-only
@@ -91,7 +92,7 @@ from .._core.logctx import library_logger
 from .._core.recipe import Recipe
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.validate import check_delay, check_timeout
-from .._core.waiting import abort_guard
+from .._core.waiting import Interrupts, abort_guard, wait_for_put_under
 from ..codecs import Codec, ValueT, as_codec
 from ..errors import (
     CodecError,
@@ -107,15 +108,7 @@ from ._consumer import RECEIVE_CALL, ConsumerLease
 from ._layout import Snapshot, WorkKeys, check_id, item_name, ready_millis
 from ._metering import Metered, batch_size, check_propagation, report_lease_loss
 from ._sweep import Sweeps
-from ._take import (
-    Waits,
-    check_batch,
-    create,
-    decode_at,
-    encode,
-    now_millis,
-    wait_for_put_under_any,
-)
+from ._take import check_batch, create, decode_at, encode, now_millis
 from .config import WorkQueueConfig
 from .dead_letters import DeadLetter, _list_dead, _purge_dead, _requeue_dead
 from .item import TracePropagation, WorkItem, _Claim
@@ -198,7 +191,7 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         )
         self._held: dict[str, WorkItem[ValueT]] = {}
         self._prefetched: tuple[float, Snapshot] | None = None
-        self._waits = Waits()
+        self._waits = Interrupts()  # closing ends the parked waits at once
         self._lease_events: Broadcast[LeaseEvent] = self._broadcast("lease")
 
     # ------------------------------------------------------------------ producing
@@ -501,11 +494,14 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
             if snap.delayed is not None:
                 due = (ready_millis(snap.delayed) - now_millis()) / 1000
                 wait_for = min(wait_for, max(due, 0.001))
-            with self._waits.scope():  # woken by a new item, or a delayed one (it may mature)
-                prefixes = (self._keys.items, self._keys.delayed)
-                await wait_for_put_under_any(
-                    self._client, prefixes, snap.revision, wait_for, self._on_recovery_event
-                )
+            await wait_for_put_under(  # a new item, or a delayed one (it may mature sooner)
+                self._client,
+                (self._keys.items, self._keys.delayed),
+                after_revision=snap.revision,
+                timeout=wait_for,
+                on_recovery=self._on_recovery_event,
+                interrupts=self._waits,
+            )
             self._check_open()
             snap, reclaimed = await self._snapshot(), False
 
@@ -592,7 +588,7 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
     # ------------------------------------------------------------------ lifecycle
 
     async def _do_close(self) -> None:
-        self._waits.end_all()
+        self._waits.interrupt_all()
         self._consumer.cancel_sweeper()
         held = list(self._held.values())
         self._held.clear()
