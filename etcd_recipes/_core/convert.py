@@ -3,12 +3,18 @@
 One :class:`Convert` per client (it knows the key namespace): key prefixing and stripping,
 range request building, ``Cmp``/``Op`` encoding, and protobuf -> typed results. The client
 binds these methods as its own attributes, so the hot path pays no extra call frame.
+
+:class:`PreparedTxn` is a transaction encoded once and run many times (the lock recipes' fixed
+queueing transaction), and :meth:`Convert.guarded_delete_pb` the hold release's delete built
+straight as protobuf: the hot paths skip the ``Cmp``/``Op`` round trip. Both run through the
+client's one funnel (``EtcdClient._call``: retries off, error mapping, metrics), exactly as
+:meth:`~etcd_recipes.EtcdClient.txn` would.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aetcd import rpc as pb
 
@@ -26,10 +32,14 @@ from ..types import (
     TxnResult,
 )
 from .keys import key_bytes, prefix_range_end
+from .rpc import request_too_large
 from .txn import AnyOp, Compare, DeleteOp, GetOp, PutOp, TxnOp
 from .validate import check_revision
 
-__all__ = ["Convert", "members", "status", "writes"]
+if TYPE_CHECKING:
+    from ..client import EtcdClient
+
+__all__ = ["Convert", "PreparedTxn", "members", "status", "writes"]
 
 _CMP_OPERAND = ("version", "create_revision", "mod_revision", "value", "lease")  # by CmpTarget
 
@@ -184,6 +194,22 @@ class Convert:
             failure=[self.op_pb(o) for o in failure],
         )
 
+    def guarded_delete_pb(self, key: bytes | str, create_revision: int) -> Any:
+        """``If(create_revision(key) == create_revision) Then(delete key)``, a ``TxnRequest``
+        (a hold's release: deletes the key only while it is still that hold's)."""
+        k = self.namespace + key_bytes(key)
+        return pb.TxnRequest(
+            compare=[
+                pb.Compare(
+                    key=k,
+                    target=pb.Compare.CREATE,
+                    result=pb.Compare.EQUAL,
+                    create_revision=create_revision,
+                )
+            ],
+            success=[pb.RequestOp(request_delete_range=pb.DeleteRangeRequest(key=k))],
+        )
+
     def txn_result(self, resp: Any) -> TxnResult:
         """A ``TxnResponse`` as a :class:`TxnResult` (nested transactions included)."""
         out: list[Any] = []
@@ -211,6 +237,63 @@ class Convert:
             granted_ttl=int(resp.grantedTTL),
             keys=[self.strip(bytes(k)) for k in resp.keys],
         )
+
+
+class PreparedTxn:
+    """A transaction encoded (validated, namespaced, size-checked) once, to run many times
+    with the semantics of :meth:`~etcd_recipes.EtcdClient.txn` (never retried; a read-only one
+    is never cancelled server-side).
+
+    Example::
+
+        from etcd_recipes import Cmp, Op
+        from etcd_recipes._core.convert import PreparedTxn
+
+        key = prefix + "/once"
+        create = PreparedTxn(client, [Cmp.missing(key)], [Op.put(key, b"x")], [Op.get(key)])
+        assert (await create.run()).succeeded
+        assert not (await create.run()).succeeded  # the same request, sent again
+    """
+
+    __slots__ = ("_client", "_detached", "request")
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        compare: Sequence[Compare],
+        success: Sequence[AnyOp] = (),
+        failure: Sequence[AnyOp] = (),
+    ) -> None:
+        self._client = client
+        self.request = client._conv.txn_pb(compare, success, failure)
+        if (size := self.request.ByteSize()) > client._max_request:
+            raise request_too_large("txn", size, client._max_request)
+        self._detached = not writes(success) and not writes(failure)
+
+    async def run(self, *, settle: bool = False) -> TxnResult:
+        """Send it; the typed result. ``settle``: a cancellation while it is in flight waits
+        for etcd's answer (shielded, bounded) before it propagates -- the write is then
+        applied or not, never pending behind the caller's cleanup (as with
+        :func:`~etcd_recipes._core.waiting.settled`, without a task of its own)."""
+        client = self._client
+        deferred: list[BaseException] | None = [] if settle else None
+        try:
+            resp = await client._call(
+                "txn",
+                "Txn",
+                pb.KVStub,
+                self.request,
+                retry=False,
+                detached=self._detached,
+                settle=deferred,
+            )
+        except BaseException:
+            if deferred:
+                raise deferred[0] from None
+            raise
+        if deferred:
+            raise deferred[0]
+        return client._conv.txn_result(resp)
 
 
 def writes(ops: Sequence[AnyOp]) -> bool:

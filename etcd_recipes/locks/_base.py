@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from .._core.caller import Caller, caller_or_none
+from .._core.convert import PreparedTxn
 from .._core.hold import Hold
 from .._core.lease_pool import LeaseCheckout
 from .._core.listeners import ListenerSet
@@ -25,7 +26,7 @@ from .._core.recipe import Recipe
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.txn import AnyOp, Cmp, Compare, Op
 from .._core.validate import check_timeout
-from .._core.waiting import abort_guard, settled
+from .._core.waiting import run_shielded
 from ..errors import (
     LockLostError,
     LockNotHeldError,
@@ -51,7 +52,7 @@ from ._session import (
     _abandon,
     _Busy,
     _deadline_scope,
-    _leased_txn,
+    _leased_run,
     _monitor_soon,
     _range,
     _Requeue,
@@ -447,6 +448,7 @@ class _Queued(_LockBase):
     """Waiting by create revision for the nearest conflicting predecessor (mutex, RW views)."""
 
     _conflicts: str  # the prefix whose earlier keys conflict with ours
+    _prepared: tuple[tuple[str, bytes, int], PreparedTxn] | None = None
     _lost_error: type[LostError] = LockLostError
 
     @abstractmethod
@@ -464,6 +466,30 @@ class _Queued(_LockBase):
                 log.info("%s: %s; queueing again", self._name, exc)
                 await asyncio.sleep(exc.delay)
 
+    def _queue_txn(self, key: str, value: bytes, lease_id: int) -> PreparedTxn:
+        """The queueing transaction for ``key`` on ``lease_id``: ``If(create_revision == 0)
+        Then(put key with the lease, get the two newest conflicting keys) Else(get key)``,
+        encoded once per key and lease (the pool hands an instance the same lease again)."""
+        cached = self._prepared
+        if cached is not None and cached[0] == (key, value, lease_id):
+            return cached[1]
+        newest = Op.get(
+            self._conflicts,
+            prefix=True,
+            limit=2,
+            sort_target=SortTarget.CREATE,
+            sort_order=SortOrder.DESCEND,
+            keys_only=True,
+        )
+        prepared = PreparedTxn(
+            self._recipe._client,
+            [Cmp.create_revision(key) == 0],
+            [Op.put(key, value, lease=lease_id), newest],
+            [Op.get(key, keys_only=True)],
+        )
+        self._prepared = ((key, value, lease_id), prepared)
+        return prepared
+
     async def _queue(self, checkout: LeaseCheckout, key: str, value: bytes, wait: bool) -> _Held:
         client = self._recipe._client
         lease = checkout.lease
@@ -472,27 +498,15 @@ class _Queued(_LockBase):
         async def cleanup() -> None:
             await _abandon(client, self._session, checkout, key if created else None)
 
-        async with abort_guard(cleanup, what=f"{self._name}: abandoning an acquisition"):
-            newest = Op.get(
-                self._conflicts,
-                prefix=True,
-                limit=2,
-                sort_target=SortTarget.CREATE,
-                sort_order=SortOrder.DESCEND,
-                keys_only=True,
-            )
+        # abort_guard, inlined (the hottest path of the lock recipes): on any exception --
+        # cancellation, timeout, error -- the cleanup runs shielded and bounded, then the
+        # exception propagates unchanged.
+        try:
+            txn = self._queue_txn(key, value, lease.id)
             created = True  # from here on the key may exist, whatever the outcome
-            first = await settled(
-                _leased_txn(
-                    client,
-                    self._session,
-                    checkout,
-                    [Cmp.create_revision(key) == 0],
-                    [Op.put(key, value, lease=lease.id), newest],
-                    [Op.get(key, keys_only=True)],
-                ),
-                what=f"{self._name}: answering a cancelled acquisition",
-            )
+            # Settled: a cancellation waits for the create's answer, so the cleanup's delete
+            # comes after it (etcd may apply a write whose RPC was cancelled).
+            first = await _leased_run(self._session, checkout, txn)
             seen = first.revision
             if first.succeeded:
                 mine = first.revision
@@ -510,6 +524,9 @@ class _Queued(_LockBase):
             hold = Hold(client, key, lease, mine, self._lost_error, self._name)
             _monitor_soon(hold, seen)
             return _Held(hold, checkout, self._session)
+        except BaseException:
+            await run_shielded(cleanup, what=f"{self._name}: abandoning an acquisition")
+            raise
 
     async def _below(self, key: str, mine: int) -> tuple[KeyValue | None, int]:
         """The nearest conflicting predecessor, and the revision of the read; checks that our

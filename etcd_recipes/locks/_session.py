@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from .._core.caller import Caller, current_caller
+from .._core.convert import PreparedTxn
 from .._core.hold import Hold
 from .._core.lease_pool import LeaseCheckout, LeasePool, lease_pool
 from .._core.txn import AnyOp, Compare
@@ -58,18 +61,61 @@ def _deadline_scope(timeout: float | None) -> anyio.CancelScope:
     return anyio.CancelScope(deadline=anyio.current_time() + timeout)
 
 
+class _Monitors:
+    """The holds of one event loop waiting to start their loss monitors, on one timer.
+
+    A hold's monitor starts :data:`_MONITOR_DELAY` after its acquisition, as if each had a
+    timer of its own; sharing one timer (armed for the earliest, re-armed as they come due)
+    keeps a short hold -- the common case -- from arming and cancelling a timer of its own.
+    """
+
+    __slots__ = ("_count", "_loop", "_pending", "_timer")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._pending: list[tuple[float, int, Hold, int]] = []  # a heap, earliest first
+        self._count = 0
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, hold: Hold, seen: int) -> None:
+        due = self._loop.time() + _MONITOR_DELAY
+        self._count += 1
+        heapq.heappush(self._pending, (due, self._count, hold, seen))
+        timer = self._timer
+        if timer is None or due < timer.when():
+            if timer is not None:
+                timer.cancel()
+            self._timer = self._loop.call_at(due, self._due)
+
+    def _due(self) -> None:
+        self._timer = None
+        pending = self._pending
+        now = self._loop.time()
+        while pending and pending[0][0] <= now:
+            _, _, hold, seen = heapq.heappop(pending)
+            if not (hold.is_released or hold.is_lost):
+                hold.start_monitor(after_revision=seen)
+        if pending:
+            self._timer = self._loop.call_at(pending[0][0], self._due)
+
+
+_MONITORS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Monitors] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def _monitor_soon(hold: Hold, seen: int) -> None:
-    """Start watching ``hold`` for loss shortly, unless it is released first.
+    """Start watching ``hold`` for loss shortly (:data:`_MONITOR_DELAY`), unless it is released
+    (or lost) first.
 
     Anchored at ``seen`` (the read that confirmed the hold), so a loss in between is still
     seen; short holds -- the common case -- then never pay for a watch of their own.
     """
-
-    def start() -> None:
-        if not (hold.is_released or hold.is_lost):
-            hold.start_monitor(after_revision=seen)
-
-    asyncio.get_running_loop().call_later(_MONITOR_DELAY, start)
+    loop = asyncio.get_running_loop()
+    monitors = _MONITORS.get(loop)
+    if monitors is None:
+        monitors = _MONITORS[loop] = _Monitors(loop)
+    monitors.add(hold, seen)
 
 
 def _task() -> Caller:
@@ -164,6 +210,16 @@ async def _leased_txn(
     queues again at once with a new one."""
     try:
         return await client.txn(compare, success, failure)
+    except LeaseNotFoundError as exc:
+        session.discard(checkout, exc)
+        raise _Requeue(f"lease {checkout.lease.id:x} no longer exists", delay=0.0) from exc
+
+
+async def _leased_run(session: _Session, checkout: LeaseCheckout, txn: PreparedTxn) -> TxnResult:
+    """:func:`_leased_txn` for a prepared transaction, run with ``settle`` (a cancelled caller
+    waits for etcd's answer: see :meth:`PreparedTxn.run`)."""
+    try:
+        return await txn.run(settle=True)
     except LeaseNotFoundError as exc:
         session.discard(checkout, exc)
         raise _Requeue(f"lease {checkout.lease.id:x} no longer exists", delay=0.0) from exc
