@@ -33,13 +33,13 @@ from ..types import (
 )
 from .keys import key_bytes, prefix_range_end
 from .rpc import request_too_large
-from .txn import AnyOp, Compare, DeleteOp, GetOp, PutOp, TxnOp
+from .txn import AnyOp, Cmp, Compare, DeleteOp, GetOp, Op, PutOp, TxnOp
 from .validate import check_revision
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
 
-__all__ = ["Convert", "PreparedTxn", "members", "status", "writes"]
+__all__ = ["Convert", "EnqueueTxn", "PreparedTxn", "members", "status", "writes"]
 
 _CMP_OPERAND = ("version", "create_revision", "mod_revision", "value", "lease")  # by CmpTarget
 
@@ -275,10 +275,12 @@ class PreparedTxn:
         for etcd's answer (shielded, bounded) before it propagates -- the write is then
         applied or not, never pending behind the caller's cleanup (as with
         :func:`~etcd_recipes._core.waiting.settled`, without a task of its own)."""
-        client = self._client
+        return self._client._conv.txn_result(await self._send(settle))
+
+    async def _send(self, settle: bool) -> Any:
         deferred: list[BaseException] | None = [] if settle else None
         try:
-            resp = await client._call(
+            resp = await self._client._call(
                 "txn",
                 "Txn",
                 pb.KVStub,
@@ -293,7 +295,59 @@ class PreparedTxn:
             raise
         if deferred:
             raise deferred[0]
-        return client._conv.txn_result(resp)
+        return resp
+
+
+class EnqueueTxn(PreparedTxn):
+    """The lock recipes' queueing transaction, prepared once per key and lease:
+    ``If(create_revision(key) == 0) Then(put key with lease, get the newest keys under
+    prefix) Else(get key)``, decoded to just what queueing needs (see :meth:`enqueue`).
+
+    Example::
+
+        from etcd_recipes._core.convert import EnqueueTxn
+
+        async with client.lease(10) as lease:
+            txn = EnqueueTxn(client, f"{prefix}/q/{lease.id:x}", b"", lease.id, f"{prefix}/q/")
+            created, revision, mine, predecessor = await txn.enqueue()
+            assert created and mine == revision and predecessor is None
+    """
+
+    __slots__ = ()
+
+    def __init__(
+        self, client: EtcdClient, key: str, value: bytes, lease: int, prefix: str, newest: int = 2
+    ) -> None:
+        read = Op.get(
+            prefix,
+            prefix=True,
+            limit=newest,
+            sort_target=SortTarget.CREATE,
+            sort_order=SortOrder.DESCEND,
+            keys_only=True,
+        )
+        super().__init__(
+            client,
+            [Cmp.create_revision(key) == 0],
+            [Op.put(key, value, lease=lease), read],
+            [Op.get(key, keys_only=True)],
+        )
+
+    async def enqueue(self, *, settle: bool = True) -> tuple[bool, int, int, KeyValue | None]:
+        """``(created, revision, mine, predecessor)``: whether the key was created by this
+        call, the transaction's revision, the key's create revision, and -- when it was
+        created -- the newest key under the prefix created before it (else ``None``; a key
+        that existed already must look for its place with a read of its own). Settled
+        (see :meth:`PreparedTxn.run`) unless ``settle=False``."""
+        resp = await self._send(settle)
+        revision = int(resp.header.revision)
+        if not resp.succeeded:  # the key exists already (a leftover of this lease)
+            kvs = resp.responses[0].response_range.kvs
+            return False, revision, int(kvs[0].create_revision), None
+        for kv in resp.responses[1].response_range.kvs:  # newest first
+            if 0 < kv.create_revision < revision:
+                return True, revision, revision, self._client._conv.kv(kv)
+        return True, revision, revision, None
 
 
 def writes(ops: Sequence[AnyOp]) -> bool:

@@ -9,13 +9,12 @@ import asyncio
 import contextlib
 import heapq
 import weakref
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
 from .._core.caller import Caller, current_caller
-from .._core.convert import PreparedTxn
 from .._core.hold import Hold
 from .._core.lease_pool import LeaseCheckout, LeasePool, lease_pool
 from .._core.txn import AnyOp, Compare
@@ -32,6 +31,8 @@ from ..types import (
 if TYPE_CHECKING:
     from ..client import EtcdClient
 
+
+_T = TypeVar("_T")
 
 _REQUEUE_DELAY = 0.25  # before queueing again after losing the waiter key or lease (reference)
 _MONITOR_DELAY = 0.02  # a hold's loss monitor starts this long after the acquisition
@@ -102,6 +103,57 @@ class _Monitors:
 _MONITORS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Monitors] = (
     weakref.WeakKeyDictionary()
 )
+
+
+class _Aborted(Exception):
+    """aclose() aborted an acquisition while it waited (see :class:`_Abort`)."""
+
+
+class _Abort:
+    """aclose()'s handle on an acquisition without a timeout, costing nothing until it waits.
+
+    An acquisition with a timeout runs in an anyio cancel scope with that deadline, which
+    aclose() cancels. Without one -- the common case -- there is no scope while it only
+    makes RPCs (a hold that a closed recipe acquires meanwhile is released at once, after
+    the fact); only its waits (for this instance's turn, for a predecessor) run in a scope
+    of their own, through :meth:`wait`, which raises :class:`_Aborted` when cancelled.
+    """
+
+    __slots__ = ("_scope", "cancelled")
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        self._scope: anyio.CancelScope | None = None
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def wait(self, aw: Awaitable[_T]) -> _T:
+        """Await ``aw``; :class:`_Aborted` if :meth:`cancel` is called first or meanwhile."""
+        with anyio.CancelScope() as scope:
+            self._scope = scope
+            if self.cancelled:
+                scope.cancel()
+            try:
+                return await aw
+            finally:
+                self._scope = None
+        raise _Aborted("aborted by aclose()")
+
+
+class _Bounded:
+    """The :class:`_Abort` stand-in of an acquisition whose whole run is in a deadline scope
+    (which aclose() cancels): its waits need no scope of their own."""
+
+    __slots__ = ()
+
+    async def wait(self, aw: Awaitable[_T]) -> _T:
+        return await aw
+
+
+_BOUNDED = _Bounded()
 
 
 def _monitor_soon(hold: Hold, seen: int) -> None:
@@ -210,16 +262,6 @@ async def _leased_txn(
     queues again at once with a new one."""
     try:
         return await client.txn(compare, success, failure)
-    except LeaseNotFoundError as exc:
-        session.discard(checkout, exc)
-        raise _Requeue(f"lease {checkout.lease.id:x} no longer exists", delay=0.0) from exc
-
-
-async def _leased_run(session: _Session, checkout: LeaseCheckout, txn: PreparedTxn) -> TxnResult:
-    """:func:`_leased_txn` for a prepared transaction, run with ``settle`` (a cancelled caller
-    waits for etcd's answer: see :meth:`PreparedTxn.run`)."""
-    try:
-        return await txn.run(settle=True)
     except LeaseNotFoundError as exc:
         session.discard(checkout, exc)
         raise _Requeue(f"lease {checkout.lease.id:x} no longer exists", delay=0.0) from exc
