@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Convert", "EnqueueTxn", "PreparedTxn", "members", "status", "writes"]
 
+_DELETE_TEMPLATES = 256  # guarded_delete_pb keeps at most this many (then starts afresh)
 _CMP_OPERAND = ("version", "create_revision", "mod_revision", "value", "lease")  # by CmpTarget
 
 
@@ -49,6 +50,7 @@ class Convert:
 
     def __init__(self, namespace: bytes) -> None:
         self.namespace = namespace
+        self._deletes: dict[bytes | str, Any] = {}  # guarded_delete_pb's templates, by key
 
     # ------------------------------------------------------------------ keys
 
@@ -196,19 +198,22 @@ class Convert:
 
     def guarded_delete_pb(self, key: bytes | str, create_revision: int) -> Any:
         """``If(create_revision(key) == create_revision) Then(delete key)``, a ``TxnRequest``
-        (a hold's release: deletes the key only while it is still that hold's)."""
-        k = self.namespace + key_bytes(key)
-        return pb.TxnRequest(
-            compare=[
-                pb.Compare(
-                    key=k,
-                    target=pb.Compare.CREATE,
-                    result=pb.Compare.EQUAL,
-                    create_revision=create_revision,
-                )
-            ],
-            success=[pb.RequestOp(request_delete_range=pb.DeleteRangeRequest(key=k))],
-        )
+        (a hold's release: deletes the key only while it is still that hold's). Copied from a
+        template kept per key (a lock's key recurs with its pooled lease): a new message each
+        call, since gRPC serializes it later, in the call's own task."""
+        template = self._deletes.get(key)
+        if template is None:
+            if len(self._deletes) >= _DELETE_TEMPLATES:
+                self._deletes.clear()
+            k = self.namespace + key_bytes(key)
+            template = self._deletes[key] = pb.TxnRequest(
+                compare=[pb.Compare(key=k, target=pb.Compare.CREATE, result=pb.Compare.EQUAL)],
+                success=[pb.RequestOp(request_delete_range=pb.DeleteRangeRequest(key=k))],
+            )
+        request = pb.TxnRequest()
+        request.CopyFrom(template)
+        request.compare[0].create_revision = create_revision
+        return request
 
     def txn_result(self, resp: Any) -> TxnResult:
         """A ``TxnResponse`` as a :class:`TxnResult` (nested transactions included)."""
@@ -339,7 +344,18 @@ class EnqueueTxn(PreparedTxn):
         created -- the newest key under the prefix created before it (else ``None``; a key
         that existed already must look for its place with a read of its own). Settled
         (see :meth:`PreparedTxn.run`) unless ``settle=False``."""
-        resp = await self._send(settle)
+        # PreparedTxn._send, inlined: one coroutine frame less on the locks' hottest path.
+        deferred: list[BaseException] | None = [] if settle else None
+        try:
+            resp = await self._client._call(
+                "txn", "Txn", pb.KVStub, self.request, retry=False, settle=deferred
+            )
+        except BaseException:
+            if deferred:
+                raise deferred[0] from None
+            raise
+        if deferred:
+            raise deferred[0]
         revision = int(resp.header.revision)
         if not resp.succeeded:  # the key exists already (a leftover of this lease)
             kvs = resp.responses[0].response_range.kvs

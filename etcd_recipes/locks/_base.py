@@ -41,11 +41,11 @@ from ..types import (
     TxnResult,
 )
 from ._holds import (
+    _Acquisition,
     _Held,
     _lost_while_running,
     _scoped_body,
     _TaskHold,
-    metered_acquisition,
 )
 from ._session import (
     _BOUNDED,
@@ -158,11 +158,19 @@ class _LockBase(ABC):
             return True
         started = time.monotonic()
         recipe = self._recipe
-        held = await metered_acquisition(recipe._meter, recipe.path, self._acquire_new(timeout))
+        # metered_acquisition, inlined (one coroutine frame less on the hot path).
+        metric = _Acquisition(recipe._meter, recipe.path)
+        try:
+            held = await self._acquire_new(timeout)
+        except BaseException as exc:
+            metric.failed(exc)
+            raise
         if held is None:
+            metric.end("timeout")
             return False
-        self._adopt(task, held)
-        self._recipe._record_latency("lock.acquire", started)
+        metric.end("acquired")
+        self._adopt(task, held.metered(recipe._meter))
+        recipe._record_latency("lock.acquire", started)
         return True
 
     async def _acquire_new(self, timeout: float | None) -> _Held | None:
@@ -232,10 +240,16 @@ class _LockBase(ABC):
                 print("we had lost the lock; our writes were fenced off")
             await lock.aclose()
         """
-        held = self._mine(caller_or_none())
-        if held is None:
+        th = self._mine(caller_or_none())
+        if th is None:
             raise LockNotHeldError(f"{self._name}: the calling task holds no lock to release")
-        return await self._release_task_hold(held)
+        # _release_task_hold, inlined (one coroutine frame less on the hot path).
+        if th.count > 1:
+            th.count -= 1
+            return th.is_valid
+        if self._holds.get(th.task) is th:
+            del self._holds[th.task]
+        return await self._release_held(th.held, view_done=True)
 
     async def _release_task_hold(self, th: _TaskHold) -> bool:
         if th.count > 1:

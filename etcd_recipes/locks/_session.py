@@ -6,7 +6,6 @@ forgot, and the small task and deadline helpers every lock recipe shares. Packag
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
@@ -36,6 +35,7 @@ _T = TypeVar("_T")
 
 _REQUEUE_DELAY = 0.25  # before queueing again after losing the waiter key or lease (reference)
 _MONITOR_DELAY = 0.02  # a hold's loss monitor starts this long after the acquisition
+_TIMER_SLACK = 0.005  # monitors due this soon start together (one timer fire for a batch)
 
 
 class _Requeue(Exception):
@@ -65,9 +65,10 @@ def _deadline_scope(timeout: float | None) -> anyio.CancelScope:
 class _Monitors:
     """The holds of one event loop waiting to start their loss monitors, on one timer.
 
-    A hold's monitor starts :data:`_MONITOR_DELAY` after its acquisition, as if each had a
-    timer of its own; sharing one timer (armed for the earliest, re-armed as they come due)
-    keeps a short hold -- the common case -- from arming and cancelling a timer of its own.
+    A hold's monitor starts :data:`_MONITOR_DELAY` after its acquisition (up to
+    :data:`_TIMER_SLACK` earlier: those due that soon start together), as if each had a timer
+    of its own; sharing one timer (armed for the earliest, re-armed as they come due) keeps a
+    short hold -- the common case -- from arming and cancelling a timer of its own.
     """
 
     __slots__ = ("_count", "_loop", "_pending", "_timer")
@@ -91,7 +92,7 @@ class _Monitors:
     def _due(self) -> None:
         self._timer = None
         pending = self._pending
-        now = self._loop.time()
+        now = self._loop.time() + _TIMER_SLACK
         while pending and pending[0][0] <= now:
             _, _, hold, seen = heapq.heappop(pending)
             if not (hold.is_released or hold.is_lost):
@@ -219,7 +220,7 @@ class _Session:
     async def leave(self, checkout: LeaseCheckout, *, retire: bool = False) -> None:
         """Give the lease back (a hold released, an acquisition aborted); ``retire`` when a
         key of ours may remain on it (its delete was not answered): the pool revokes it."""
-        with contextlib.suppress(ValueError):
+        if checkout in self._checkouts:
             self._checkouts.remove(checkout)
         await self._pool().give_back(checkout, retire=retire)
 
