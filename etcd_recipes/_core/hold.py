@@ -308,8 +308,11 @@ class Hold:
             was_lost = was_lost or self._lost
         current: bool | None = None
         client = self._client
-        per_attempt = client.resilience.rpc.operation_timeout
-        timeout = RELEASE_TIMEOUT if per_attempt is None else min(per_attempt, RELEASE_TIMEOUT)
+        per_attempt = client._resilience.rpc.operation_timeout
+        # The client's own per-attempt timeout when it is shorter (no need to pass it).
+        timeout: Any = (
+            ... if per_attempt is not None and per_attempt <= RELEASE_TIMEOUT else RELEASE_TIMEOUT
+        )
         try:
             resp = await client._call(
                 "txn",

@@ -192,6 +192,7 @@ class _Session:
         self._on_event = on_event
         self._checkouts: list[LeaseCheckout] = []
         self._closed = False
+        self._lease_pool: LeasePool | None = None
 
     @property
     def leases(self) -> list[int]:
@@ -199,7 +200,11 @@ class _Session:
         return [c.lease.id for c in self._checkouts]
 
     def _pool(self) -> LeasePool:
-        return lease_pool(self._client, self._ttl)
+        # Looked up once: the pool lives as long as the client (closed with it, never reopened).
+        pool = self._lease_pool
+        if pool is None:
+            pool = self._lease_pool = lease_pool(self._client, self._ttl)
+        return pool
 
     async def join(self) -> LeaseCheckout:
         """Check out a live lease for one acquisition (and the hold it becomes)."""
