@@ -283,11 +283,21 @@ def _status_name(exc: grpc.aio.AioRpcError) -> str:
     return name.lower() if isinstance(name, str) else "unknown"
 
 
-async def _answered(done: asyncio.Future[None]) -> None:
-    """Wait (shielded, bounded) until ``done``: a settling call's cancelled caller."""
+async def _answered(call: Any) -> None:
+    """Wait (shielded, bounded) until ``call`` is done: a settling call's cancelled caller.
+    (Not on the caller's own future: cancelling the caller cancelled that one.)"""
+    if call.done():
+        return
+    answered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def wake(_: Any) -> None:
+        if not answered.done():
+            answered.set_result(None)
+
+    call.add_done_callback(wake)
 
     async def wait() -> None:
-        await asyncio.wait({done})
+        await asyncio.wait({answered})
 
     await run_shielded(wait, what="answering a cancelled write")
 
@@ -368,8 +378,8 @@ class RpcRunner:
                             call.cancel()
                             raise
                         settle.append(exc)
-                        await _answered(done)
-                        if not done.done():
+                        await _answered(call)
+                        if not call.done():
                             call.cancel()
                             raise
                     result = await call
