@@ -6,6 +6,7 @@ Run by hand (not part of the test suite)::
     .venv/bin/python benchmarks/locks.py [--duration 3] [--repeats 3] [--handoffs 500]
                                          [--waiters 10] [--traffic 10 100] [--v3lock 30]
                                          [--endpoint HOST:PORT] [--json out.json]
+                                         [--only uncontended] [--profile]
 
 Starts its own etcd (``etcd_recipes.testing.EtcdServer``: tmpfs, ``--unsafe-no-fsync``) unless
 ``--endpoint`` is given. Everything runs in one Python process on one client.
@@ -15,8 +16,11 @@ Starts its own etcd (``etcd_recipes.testing.EtcdServer``: tmpfs, ``--unsafe-no-f
    channel: the same two raft writes -- the queueing transaction (``If(create_revision == 0)
    Then(put key with lease, get the two newest keys)``) and the delete -- with one lease
    granted up front, as the mutex keeps one lease per instance. Phases alternate (ours first,
-   then bare first), ``--repeats`` times; the medians are compared. Target: >= 70 % of the
-   floor.
+   then bare first), ``--repeats`` times; the medians are compared. Target: >= 90 % of the
+   floor (the machine's load moves single runs by +-15 %: use ``--repeats 5`` or more, and
+   read the client CPU per cycle next to the rates). ``--only uncontended`` stops after this
+   section; ``--profile`` then runs 2,000 more mutex cycles under ``cProfile`` and prints the
+   30 functions with the most own time.
 2. **Hand-off latency** with ``--waiters`` mutexes contending in a loop: from the holder's
    ``release()`` call to the next holder's ``acquire()`` returning; p50 / p99 over
    ``--handoffs`` hand-offs. Target: p50 < 5 ms on loopback. ``--v3lock N`` adds the same
@@ -31,9 +35,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import cProfile
 import gc
+import io
 import json
 import platform
+import pstats
 import statistics
 import sys
 import time
@@ -46,7 +53,7 @@ from aetcd import rpc
 from etcd_recipes import DistributedMutex, EtcdClient, connect, server_lock, server_unlock
 
 TIMEOUT = 10.0
-TARGET_RATIO = 0.70
+TARGET_RATIO = 0.90
 TARGET_P50_MS = 5.0
 
 
@@ -158,6 +165,15 @@ async def uncontended(
                 file=sys.stderr,
                 flush=True,
             )
+    if args.profile:
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(2000):
+            await ours()
+        profiler.disable()
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(30)
+        print("\n=== cProfile: 2000 uncontended mutex cycles ===\n" + out.getvalue())
     await mutex.aclose()
     await bare.aclose()
     mutex_rate = statistics.median(r for r, _ in runs["mutex"])
@@ -318,6 +334,8 @@ async def bench(endpoint: str, args: argparse.Namespace) -> dict[str, Any]:
             }
         }
         result["uncontended"] = await uncontended(client, endpoint, args)
+        if args.only == "uncontended":
+            return result
         result["handoff"] = await handoff_latency(client, args.waiters, args.handoffs)
         if args.v3lock:
             result["v3lock_handoff"] = await v3lock_latency(client, args.waiters, args.v3lock)
@@ -326,7 +344,7 @@ async def bench(endpoint: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def report(result: dict[str, Any]) -> str:
-    u, h = result["uncontended"], result["handoff"]
+    u = result["uncontended"]
     lines = [
         "uncontended acquire+release (one mutex, sequential):",
         f"  DistributedMutex      {u['mutex_per_s']:7.0f} cycles/s  "
@@ -335,6 +353,11 @@ def report(result: dict[str, Any]) -> str:
         f"(client cpu {u['floor_cpu_us']:.0f} us/cycle)",
         f"  ratio                 {u['ratio']:7.2f}   (target >= {TARGET_RATIO:.2f}: "
         f"{'PASS' if u['ratio'] >= TARGET_RATIO else 'FAIL'})",
+    ]
+    if "handoff" not in result:
+        return "\n".join(lines)
+    h = result["handoff"]
+    lines += [
         "",
         f"hand-off latency, {h['waiters']} contenders re-queueing in a loop, "
         f"{h['handoffs']} hand-offs:",
@@ -369,6 +392,8 @@ def main() -> None:
     parser.add_argument("--traffic", type=int, nargs="+", default=[10, 100])
     parser.add_argument("--v3lock", type=int, default=30, help="v3lock hand-offs (0: skip)")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--only", choices=["uncontended"], help="run only this section")
+    parser.add_argument("--profile", action="store_true", help="cProfile the mutex cycle")
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
         if args.endpoint:

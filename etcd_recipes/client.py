@@ -263,6 +263,7 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         timeout: float | None = _UNSET,
         resilience: RpcResilience | None = None,
         detached: bool = False,
+        settle: list[BaseException] | None = None,
     ) -> Coroutine[Any, Any, Any]:
         # A plain function returning the funnel's coroutine: one frame less per call.
         channel = self._channel_or_raise()
@@ -271,7 +272,14 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
             stub = self._stubs[stub_cls] = stub_cls(channel)
         fn = getattr(stub, method)
         return self._runner.call(
-            op, fn, request, retry=retry, timeout=timeout, resilience=resilience, detached=detached
+            op,
+            fn,
+            request,
+            retry=retry,
+            timeout=timeout,
+            resilience=resilience,
+            detached=detached,
+            settle=settle,
         )
 
     # ------------------------------------------------------------------ KV

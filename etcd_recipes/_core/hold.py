@@ -46,19 +46,23 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
+from aetcd import rpc as pb
 
 from ..errors import LostError
 from ..types import EventType, TxnResult, WatchEvent
 from .lease import AcquisitionLease
 from .listeners import ListenerSet
 from .logctx import library_logger
-from .txn import AnyOp, Cmp, Compare, Op
+from .txn import AnyOp, Cmp, Compare
 from .waiting import wait_for_change
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
 
-__all__ = ["BodyGuard", "Hold", "cancelling"]
+__all__ = ["RELEASE_TIMEOUT", "BodyGuard", "Hold", "cancelling"]
+
+RELEASE_TIMEOUT = 5.0
+"""Seconds a release's guarded delete may take; unanswered, the key is left to the lease."""
 
 log = library_logger("etcd_recipes.hold")
 
@@ -140,6 +144,9 @@ class Hold:
         self._monitor: asyncio.Task[None] | None = None
         self.delete_confirmed = False
         """After :meth:`release`: whether etcd answered its guarded delete."""
+        self.released_current = False
+        """After :meth:`release`: whether the hold was still current when it let go (what
+        ``release()`` returns -- also known when a deferred cancellation propagates instead)."""
         self.listeners = ListenerSet("hold-lost")
 
     @property
@@ -282,36 +289,57 @@ class Hold:
         current any more (a process paused past its TTL, say) and the loss is reported now,
         to the loss hooks and listeners, as the monitor would have. ``delete_confirmed`` then
         tells whether etcd answered the delete (False: the key may still exist). Idempotent;
-        shielded and bounded.
+        bounded (the delete's own deadline, :data:`RELEASE_TIMEOUT`).
+
+        Cancellation-safe without a shield scope of its own: a cancellation that arrives while
+        the delete is in flight waits for etcd's answer (shielded, bounded), the release
+        completes, and the cancellation propagates afterwards.
         """
         if self._released:
             return False
         self._released = True
         was_lost = self._lost
+        deferred: list[BaseException] = []
         monitor, self._monitor = self._monitor, None
-        if monitor is not None:
+        if monitor is not None:  # a long hold: its watch task must be gone first
             monitor.cancel()
-        current: bool | None = None
-        with anyio.CancelScope(shield=True):
-            if monitor is not None:
-                with contextlib.suppress(BaseException):
-                    await monitor
+            with anyio.CancelScope(shield=True), contextlib.suppress(BaseException):
+                await monitor
             was_lost = was_lost or self._lost
-            with anyio.move_on_after(5.0):
-                with contextlib.suppress(Exception):
-                    result = await self._client.txn([self.compare()], [Op.delete(self.key)])
-                    current = result.succeeded
-            self.delete_confirmed = current is not None
-            if current is False and not was_lost:
-                cause = self.lease.lost_cause if self.lease.is_lost else None
-                self._mark_lost(
-                    cause
-                    or self._error(
-                        f"{self._owner}: the hold was not current at release "
-                        "(its key or lease was gone)"
-                    ),
-                    releasing=True,
-                )
-                was_lost = True
-            await self.lease.revoke()
+        current: bool | None = None
+        client = self._client
+        per_attempt = client._resilience.rpc.operation_timeout
+        # The client's own per-attempt timeout when it is shorter (no need to pass it).
+        timeout: Any = (
+            ... if per_attempt is not None and per_attempt <= RELEASE_TIMEOUT else RELEASE_TIMEOUT
+        )
+        try:
+            resp = await client._call(
+                "txn",
+                "Txn",
+                pb.KVStub,
+                client._conv.guarded_delete_pb(self.key, self.fencing_token),
+                retry=False,
+                timeout=timeout,
+                settle=deferred,
+            )
+            current = bool(resp.succeeded)
+        except Exception:
+            pass
+        self.delete_confirmed = current is not None
+        if current is False and not was_lost:
+            cause = self.lease.lost_cause if self.lease.is_lost else None
+            self._mark_lost(
+                cause
+                or self._error(
+                    f"{self._owner}: the hold was not current at release "
+                    "(its key or lease was gone)"
+                ),
+                releasing=True,
+            )
+            was_lost = True
+        self.released_current = not was_lost
+        await self.lease.revoke()
+        if deferred:
+            raise deferred[0]
         return not was_lost

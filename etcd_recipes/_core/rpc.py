@@ -50,6 +50,7 @@ from ..resilience import RpcResilience
 from .logctx import library_logger
 from .metering import meter_for
 from .validate import check_rpc_timeout
+from .waiting import run_shielded
 
 __all__ = [
     "AuthManager",
@@ -282,6 +283,25 @@ def _status_name(exc: grpc.aio.AioRpcError) -> str:
     return name.lower() if isinstance(name, str) else "unknown"
 
 
+async def _answered(call: Any) -> None:
+    """Wait (shielded, bounded) until ``call`` is done: a settling call's cancelled caller.
+    (Not on the caller's own future: cancelling the caller cancelled that one.)"""
+    if call.done():
+        return
+    answered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def wake(_: Any) -> None:
+        if not answered.done():
+            answered.set_result(None)
+
+    call.add_done_callback(wake)
+
+    async def wait() -> None:
+        await asyncio.wait({answered})
+
+    await run_shielded(wait, what="answering a cancelled write")
+
+
 class RpcRunner:
     """Runs unary calls under a :class:`RpcResilience` policy."""
 
@@ -312,6 +332,7 @@ class RpcRunner:
         timeout: float | EllipsisType | None = ...,
         resilience: RpcResilience | None = None,
         detached: bool = False,
+        settle: list[BaseException] | None = None,
     ) -> T:
         """Call ``fn(request, timeout=..., metadata=...)`` with retries and error mapping.
 
@@ -322,6 +343,14 @@ class RpcRunner:
         enforced here and a cancelled caller leaves the call to finish on its own. etcd
         3.5.0-3.5.2 **crash** ("unexpected error during txn") when a read-only transaction's
         context is cancelled or times out server-side, which any caller cancellation did.
+
+        ``settle`` (a write whose outcome a cleanup must not overtake, like
+        :func:`~etcd_recipes._core.waiting.settled` but without a task of its own): a
+        cancellation that arrives while the call is in flight does not cancel the RPC; it is
+        appended to ``settle`` and the call is awaited (shielded, bounded by
+        :data:`~etcd_recipes._core.waiting.CLEANUP_TIMEOUT`) until answered, and its outcome
+        returned or raised as usual: **the caller must then re-raise** ``settle[0]``. Only if
+        no answer comes within the bound is the RPC cancelled and the cancellation raised here.
         """
         res = resilience or self.resilience
         per_attempt = res.operation_timeout if timeout is ... else check_rpc_timeout(timeout)
@@ -344,9 +373,15 @@ class RpcRunner:
                     call.add_done_callback(lambda _c, d=done: d.done() or d.set_result(None))
                     try:
                         await done
-                    except asyncio.CancelledError:
-                        call.cancel()
-                        raise
+                    except asyncio.CancelledError as exc:
+                        if settle is None:
+                            call.cancel()
+                            raise
+                        settle.append(exc)
+                        await _answered(call)
+                        if not call.done():
+                            call.cancel()
+                            raise
                     result = await call
                     outcome = "ok"
                     return result

@@ -84,7 +84,8 @@ class _Held:
             current = await self.hold.release()
             return current
         finally:
-            self._report("released" if current else "lost")
+            # Cancelled once the delete was answered, the hold still ended "released".
+            self._report("released" if current or self.hold.released_current else "lost")
             if self.serial is not None:
                 self.serial.release()
             # A key whose delete etcd did not answer may remain: the pool revokes its lease.

@@ -6,9 +6,10 @@ forgot, and the small task and deadline helpers every lock recipe shares. Packag
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+import heapq
+import weakref
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
@@ -30,8 +31,11 @@ if TYPE_CHECKING:
     from ..client import EtcdClient
 
 
+_T = TypeVar("_T")
+
 _REQUEUE_DELAY = 0.25  # before queueing again after losing the waiter key or lease (reference)
 _MONITOR_DELAY = 0.02  # a hold's loss monitor starts this long after the acquisition
+_TIMER_SLACK = 0.005  # monitors due this soon start together (one timer fire for a batch)
 
 
 class _Requeue(Exception):
@@ -58,18 +62,113 @@ def _deadline_scope(timeout: float | None) -> anyio.CancelScope:
     return anyio.CancelScope(deadline=anyio.current_time() + timeout)
 
 
+class _Monitors:
+    """The holds of one event loop waiting to start their loss monitors, on one timer.
+
+    A hold's monitor starts :data:`_MONITOR_DELAY` after its acquisition (up to
+    :data:`_TIMER_SLACK` earlier: those due that soon start together), as if each had a timer
+    of its own; sharing one timer (armed for the earliest, re-armed as they come due) keeps a
+    short hold -- the common case -- from arming and cancelling a timer of its own.
+    """
+
+    __slots__ = ("_count", "_loop", "_pending", "_timer")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._pending: list[tuple[float, int, Hold, int]] = []  # a heap, earliest first
+        self._count = 0
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, hold: Hold, seen: int) -> None:
+        due = self._loop.time() + _MONITOR_DELAY
+        self._count += 1
+        heapq.heappush(self._pending, (due, self._count, hold, seen))
+        timer = self._timer
+        if timer is None or due < timer.when():
+            if timer is not None:
+                timer.cancel()
+            self._timer = self._loop.call_at(due, self._due)
+
+    def _due(self) -> None:
+        self._timer = None
+        pending = self._pending
+        now = self._loop.time() + _TIMER_SLACK
+        while pending and pending[0][0] <= now:
+            _, _, hold, seen = heapq.heappop(pending)
+            if not (hold.is_released or hold.is_lost):
+                hold.start_monitor(after_revision=seen)
+        if pending:
+            self._timer = self._loop.call_at(pending[0][0], self._due)
+
+
+_MONITORS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Monitors] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+class _Aborted(Exception):
+    """aclose() aborted an acquisition while it waited (see :class:`_Abort`)."""
+
+
+class _Abort:
+    """aclose()'s handle on an acquisition without a timeout, costing nothing until it waits.
+
+    An acquisition with a timeout runs in an anyio cancel scope with that deadline, which
+    aclose() cancels. Without one -- the common case -- there is no scope while it only
+    makes RPCs (a hold that a closed recipe acquires meanwhile is released at once, after
+    the fact); only its waits (for this instance's turn, for a predecessor) run in a scope
+    of their own, through :meth:`wait`, which raises :class:`_Aborted` when cancelled.
+    """
+
+    __slots__ = ("_scope", "cancelled")
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        self._scope: anyio.CancelScope | None = None
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def wait(self, aw: Awaitable[_T]) -> _T:
+        """Await ``aw``; :class:`_Aborted` if :meth:`cancel` is called first or meanwhile."""
+        with anyio.CancelScope() as scope:
+            self._scope = scope
+            if self.cancelled:
+                scope.cancel()
+            try:
+                return await aw
+            finally:
+                self._scope = None
+        raise _Aborted("aborted by aclose()")
+
+
+class _Bounded:
+    """The :class:`_Abort` stand-in of an acquisition whose whole run is in a deadline scope
+    (which aclose() cancels): its waits need no scope of their own."""
+
+    __slots__ = ()
+
+    async def wait(self, aw: Awaitable[_T]) -> _T:
+        return await aw
+
+
+_BOUNDED = _Bounded()
+
+
 def _monitor_soon(hold: Hold, seen: int) -> None:
-    """Start watching ``hold`` for loss shortly, unless it is released first.
+    """Start watching ``hold`` for loss shortly (:data:`_MONITOR_DELAY`), unless it is released
+    (or lost) first.
 
     Anchored at ``seen`` (the read that confirmed the hold), so a loss in between is still
     seen; short holds -- the common case -- then never pay for a watch of their own.
     """
-
-    def start() -> None:
-        if not (hold.is_released or hold.is_lost):
-            hold.start_monitor(after_revision=seen)
-
-    asyncio.get_running_loop().call_later(_MONITOR_DELAY, start)
+    loop = asyncio.get_running_loop()
+    monitors = _MONITORS.get(loop)
+    if monitors is None:
+        monitors = _MONITORS[loop] = _Monitors(loop)
+    monitors.add(hold, seen)
 
 
 def _task() -> Caller:
@@ -93,6 +192,7 @@ class _Session:
         self._on_event = on_event
         self._checkouts: list[LeaseCheckout] = []
         self._closed = False
+        self._lease_pool: LeasePool | None = None
 
     @property
     def leases(self) -> list[int]:
@@ -100,7 +200,11 @@ class _Session:
         return [c.lease.id for c in self._checkouts]
 
     def _pool(self) -> LeasePool:
-        return lease_pool(self._client, self._ttl)
+        # Looked up once: the pool lives as long as the client (closed with it, never reopened).
+        pool = self._lease_pool
+        if pool is None:
+            pool = self._lease_pool = lease_pool(self._client, self._ttl)
+        return pool
 
     async def join(self) -> LeaseCheckout:
         """Check out a live lease for one acquisition (and the hold it becomes)."""
@@ -121,7 +225,7 @@ class _Session:
     async def leave(self, checkout: LeaseCheckout, *, retire: bool = False) -> None:
         """Give the lease back (a hold released, an acquisition aborted); ``retire`` when a
         key of ours may remain on it (its delete was not answered): the pool revokes it."""
-        with contextlib.suppress(ValueError):
+        if checkout in self._checkouts:
             self._checkouts.remove(checkout)
         await self._pool().give_back(checkout, retire=retire)
 
