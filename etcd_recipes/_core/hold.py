@@ -300,12 +300,6 @@ class Hold:
         self._released = True
         was_lost = self._lost
         deferred: list[BaseException] = []
-        monitor, self._monitor = self._monitor, None
-        if monitor is not None:  # a long hold: its watch task must be gone first
-            monitor.cancel()
-            with anyio.CancelScope(shield=True), contextlib.suppress(BaseException):
-                await monitor
-            was_lost = was_lost or self._lost
         current: bool | None = None
         client = self._client
         per_attempt = client._resilience.rpc.operation_timeout
@@ -326,6 +320,15 @@ class Hold:
             current = bool(resp.succeeded)
         except Exception:
             pass
+        # The delete goes first (a successor waiting on this key learns of it one monitor
+        # teardown sooner); the monitor ignores what it sees once the hold is released, and
+        # the guarded delete's answer is the authority on whether the hold was still current.
+        monitor, self._monitor = self._monitor, None
+        if monitor is not None:
+            monitor.cancel()
+            with anyio.CancelScope(shield=True), contextlib.suppress(BaseException):
+                await monitor
+            was_lost = was_lost or self._lost
         self.delete_confirmed = current is not None
         if current is False and not was_lost:
             cause = self.lease.lost_cause if self.lease.is_lost else None

@@ -109,6 +109,7 @@ class LeasePool:
         self._granting: asyncio.Lock | None = None
         self._pending: set[asyncio.Future[Any]] = set()  # grants whose caller was cancelled
         self._reaper: asyncio.Task[None] | None = None
+        self._reap_timer: asyncio.TimerHandle | None = None
         self._closed = False
 
     @property
@@ -207,6 +208,17 @@ class LeasePool:
             task.add_done_callback(self._pending.discard)
             return
         lease.idle_since = time.monotonic()
+        # A timer, not a task: a lease given back and checked out again at once (a mutex in a
+        # loop) would otherwise start a reaper task per cycle that finds nothing idle.
+        if self._reap_timer is None and (self._reaper is None or self._reaper.done()):
+            self._reap_timer = asyncio.get_running_loop().call_later(
+                IDLE_SECONDS, self._start_reaper
+            )
+
+    def _start_reaper(self) -> None:
+        self._reap_timer = None
+        if self._closed or all(lease.idle_since is None for lease in self._leases):
+            return
         if self._reaper is None or self._reaper.done():
             self._reaper = asyncio.get_running_loop().create_task(
                 self._reap(), name="etcd-recipes-lease-pool-reaper"
@@ -231,6 +243,9 @@ class LeasePool:
     async def aclose(self) -> None:
         """Revoke every pooled lease (the client is closing); later checkouts fail."""
         self._closed = True
+        timer, self._reap_timer = self._reap_timer, None
+        if timer is not None:
+            timer.cancel()
         reaper, self._reaper = self._reaper, None
         if reaper is not None:
             reaper.cancel()
