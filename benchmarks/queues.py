@@ -12,7 +12,7 @@ client, with 4 producer and 4 consumer asyncio tasks:
   range and a guarded delete (compare ``mod_revision``), each consumer reading only its own
   producer's keys and learning about them in-process (no watch, no contention);
 * **FIFO** -- ``DistributedQueue.enqueue`` / ``dequeue`` (target: >= 60% of the floor);
-* **work queue** -- ``DistributedWorkQueue.enqueue`` / ``receive`` + ``ack`` (target: >= 60%, issue 15; was 40%);
+* **work queue** -- ``DistributedWorkQueue.enqueue`` / ``receive`` + ``ack`` (target: >= 60%);
 * **latency** -- enqueue -> item in hand with one consumer parked on an empty queue (p50 target
   under 5 ms on loopback), for both queues;
 * **memory** -- resident memory per parked ``dequeue()`` / ``receive()`` consumer, 1,000 of
