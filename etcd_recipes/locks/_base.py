@@ -243,21 +243,27 @@ class _LockBase(ABC):
         th = self._mine(caller_or_none())
         if th is None:
             raise LockNotHeldError(f"{self._name}: the calling task holds no lock to release")
-        # _release_task_hold, inlined (one coroutine frame less on the hot path).
-        if th.count > 1:
-            th.count -= 1
+        # Not through _release_task_hold: one coroutine frame less on the hot path.
+        held = self._unwind(th)
+        if held is None:
             return th.is_valid
-        if self._holds.get(th.task) is th:
-            del self._holds[th.task]
-        return await self._release_held(th.held, view_done=True)
+        return await self._release_held(held, view_done=True)
 
     async def _release_task_hold(self, th: _TaskHold) -> bool:
+        held = self._unwind(th)
+        if held is None:
+            return th.is_valid
+        return await self._release_held(held, view_done=True)
+
+    def _unwind(self, th: _TaskHold) -> _Held | None:
+        """One level of ``th``'s reentrancy undone: ``None`` while the task still holds it,
+        else the hold to release (no longer the task's)."""
         if th.count > 1:
             th.count -= 1
-            return th.is_valid
+            return None
         if self._holds.get(th.task) is th:
             del self._holds[th.task]
-        return await self._release_held(th.held, view_done=True)
+        return th.held
 
     async def _release_held(self, held: _Held, *, view_done: bool = False) -> bool:
         drop = False
