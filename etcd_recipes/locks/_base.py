@@ -74,12 +74,17 @@ class _LockBase(ABC):
     per-task holds and reentrancy, timeouts, scoped bodies cancelled on loss, fencing."""
 
     def __init__(
-        self, recipe: Recipe, session: _Session, name: str, *, serial: bool = False
+        self,
+        recipe: Recipe,
+        session: _Session,
+        name: str,
+        *,
+        line: asyncio.Lock | None = None,
     ) -> None:
         self._recipe = recipe
         self._session = session
         self._name = name
-        self._serial = asyncio.Lock() if serial else None
+        self._line = line  # the turn taken before queueing in etcd (see _local_line)
         self._holds: dict[Caller, _TaskHold] = {}  # by owner: a task, or a facade thread
         self._entered: dict[Caller, list[AbstractAsyncContextManager[LockHold]]] = {}
         self._aborts: set[anyio.CancelScope | _Abort] = set()
@@ -201,21 +206,21 @@ class _LockBase(ABC):
         return held
 
     async def _admit(self, wait: bool, abort: _Abort | _Bounded) -> _Held:
-        serial = self._serial
-        if serial is not None:
-            if serial.locked():
+        line = self._line
+        if line is not None:
+            if line.locked():
                 if not wait:
-                    raise _Busy("another task of this instance holds the lock")
-                await abort.wait(serial.acquire())
+                    raise _Busy("another task of this process holds or is taking the lock")
+                await abort.wait(line.acquire())
             else:
-                await serial.acquire()
+                await line.acquire()
         try:
             held = await self._take(wait, abort)
         except BaseException:
-            if serial is not None:
-                serial.release()
+            if line is not None:
+                line.release()
             raise
-        held.serial = serial
+        held.line = line
         return held
 
     def _adopt(self, task: Caller, held: _Held) -> None:

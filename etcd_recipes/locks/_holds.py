@@ -49,7 +49,7 @@ class _Held:
         self.refs = 0
         self.done = False
         self.views: list[_LossSink] = []
-        self.serial: asyncio.Lock | None = None  # the instance's local turn, held with this
+        self.line: asyncio.Lock | None = None  # the local turn (_local_line), held with this
         self._meter: RecipeMeter | None = None  # set once acquired: then reports its end once
         self._since = 0.0
         hold.add_loss_hook(self._on_lost)
@@ -69,8 +69,15 @@ class _Held:
         if ended == "lost":
             meter.lease_lost(hold_loss_kind(self.hold.lease))
 
+    def _pass_turn(self) -> None:
+        """Let the next local waiter queue (once: at the release, or at a loss before it)."""
+        line, self.line = self.line, None
+        if line is not None:
+            line.release()
+
     def _on_lost(self, cause: BaseException | None) -> None:
         self._report("lost")
+        self._pass_turn()  # the key is gone or going: whoever is next need not wait for release
         for view in list(self.views):
             view._lost(self, cause)
 
@@ -86,10 +93,11 @@ class _Held:
         finally:
             # Cancelled once the delete was answered, the hold still ended "released".
             self._report("released" if current or self.hold.released_current else "lost")
-            if self.serial is not None:
-                self.serial.release()
-            # A key whose delete etcd did not answer may remain: the pool revokes its lease.
-            await self.session.leave(self.checkout, retire=not self.hold.delete_confirmed)
+            try:
+                # A key whose delete etcd did not answer may remain: the pool revokes its lease.
+                await self.session.leave(self.checkout, retire=not self.hold.delete_confirmed)
+            finally:
+                self._pass_turn()  # after the lease is back: the next one takes the same
 
 
 class _Acquisition:

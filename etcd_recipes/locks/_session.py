@@ -171,6 +171,30 @@ def _monitor_soon(hold: Hold, seen: int) -> None:
     monitors.add(hold, seen)
 
 
+_LINES: weakref.WeakKeyDictionary[EtcdClient, weakref.WeakValueDictionary[str, asyncio.Lock]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _local_line(client: EtcdClient, path: str) -> asyncio.Lock:
+    """The turn that every mutex of ``client`` on ``path`` takes -- one acquisition at a time,
+    first come first served -- before it queues in etcd.
+
+    So a process has one waiter key (and one lease) per client and path in etcd, whatever the
+    number of its waiting tasks: those wait here, on a future each, and each of them queues a
+    fresh key at the tail when its turn comes -- behind the waiters other processes queued
+    meanwhile (the processes take turns). Mutual exclusion is still etcd's: a turn is only
+    who may queue next. Shared by the instances on the path; gone with the last of them.
+    """
+    lines = _LINES.get(client)
+    if lines is None:
+        lines = _LINES[client] = weakref.WeakValueDictionary()
+    line = lines.get(path)
+    if line is None:
+        line = lines[path] = asyncio.Lock()
+    return line
+
+
 def _task() -> Caller:
     """Who owns what this call takes: the task, or the facade caller's thread."""
     return current_caller()

@@ -16,7 +16,7 @@ from ..errors import (
 )
 from ..events import LeaseEvent, LeaseResumed, LeaseSuspended
 from ._base import _LockBase, _Queued
-from ._session import _Session
+from ._session import _local_line, _Session
 from ._waiters import _participants
 from .hold import DEFAULT_TTL, LockParticipant
 
@@ -69,7 +69,8 @@ class DistributedMutex(_Queued, Recipe):
         """The acquisition lease's TTL in whole seconds."""
         self._conflicts = path + "/"
         session = _Session(client, self.lease_ttl, self.path, self._on_lease_event)
-        _LockBase.__init__(self, self, session, self.exception_context, serial=True)
+        line = _local_line(client, self.path)
+        _LockBase.__init__(self, self, session, self.exception_context, line=line)
 
     def _new_key(self, lease_id: int) -> tuple[str, bytes]:
         return f"{self._conflicts}{lease_id:x}", b""

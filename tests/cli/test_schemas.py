@@ -96,8 +96,9 @@ async def test_status_lock_and_election_documents(etcd_server, etcd_prefix) -> N
     [status] = await run_json(etcd_server, "status")
     assert status["members"][0]["role"] == "leader"
     path = f"{etcd_prefix}lk"
-    async with connect(etcd_server.endpoint) as client:
-        holder, waiter = DistributedMutex(client, path), DistributedMutex(client, path)
+    async with connect(etcd_server.endpoint) as client, connect(etcd_server.endpoint) as other:
+        # Two clients: two keys in etcd (one client's mutexes wait locally behind one key).
+        holder, waiter = DistributedMutex(client, path), DistributedMutex(other, path)
         assert await holder.acquire()
         waiting = asyncio.create_task(waiter.acquire())
         while await client.count(path + "/") < 2:

@@ -45,10 +45,13 @@ HOW = {"task-cancel": _cancel_task, "anyio-fail-after": _fail_after, "wait-for":
 
 @pytest.mark.parametrize("how", list(HOW))
 async def test_cancelled_mutex_waiter_leaves_nothing_and_delays_no_one(
-    etcd_client, etcd_prefix, how
+    etcd_client, etcd_prefix, how, rivals
 ):
     path = etcd_prefix + "m"
-    holder, cancelled, next_in_line = (DistributedMutex(etcd_client, path) for _ in range(3))
+    # Three clients: three waiter keys in etcd (one client's mutexes queue locally).
+    holder, cancelled, next_in_line = (
+        DistributedMutex(c, path) for c in (etcd_client, *await rivals(2))
+    )
     await holder.acquire()
     attempt = asyncio.create_task(HOW[how](cancelled.acquire()))
     _, doomed = await queued(etcd_client, path + "/", 2)

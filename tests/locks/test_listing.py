@@ -20,9 +20,10 @@ from tests.helpers import eventually
 from .helpers import queued
 
 
-async def test_mutex_contenders_in_line_order(etcd_client, etcd_prefix):
+async def test_mutex_contenders_in_line_order(etcd_client, etcd_prefix, rivals):
     path = etcd_prefix + "m"
-    holder, second, third = (DistributedMutex(etcd_client, path) for _ in range(3))
+    # Three clients, three keys (one client's mutexes wait locally behind its one key).
+    holder, second, third = (DistributedMutex(c, path) for c in (etcd_client, *await rivals(2)))
     assert await holder.contenders() == [] and await holder.holders() == []
     await holder.acquire()
     waiting = [asyncio.create_task(m.acquire()) for m in (second, third)]

@@ -175,10 +175,11 @@ async def test_release_rules(etcd_client, etcd_prefix):
     await mutex.aclose()
 
 
-async def test_lock_loss_by_out_of_band_revoke(etcd_client, etcd_prefix):
+async def test_lock_loss_by_out_of_band_revoke(etcd_client, etcd_prefix, rivals):
     path, data = etcd_prefix + "m", etcd_prefix + "data"
     holder = DistributedMutex(etcd_client, path)
-    successor = DistributedMutex(etcd_client, path)
+    (other,) = await rivals(1)
+    successor = DistributedMutex(other, path)  # another client: its key waits in etcd
     causes: list[object] = []
     states: list[ConnectionState] = []
     holder.add_lock_lost_listener(causes.append)
@@ -228,10 +229,10 @@ async def test_loss_in_the_split_form_makes_release_return_false(etcd_client, et
     await mutex.aclose()
 
 
-async def test_waiter_whose_key_vanishes_never_claims_it(etcd_client, etcd_prefix):
+async def test_waiter_whose_key_vanishes_never_claims_it(etcd_client, etcd_prefix, rivals):
     """The Jepsen etcd 3.4.3 bug: after waking, re-check that the waiter's own key exists."""
     path = etcd_prefix + "m"
-    holder, waiter, third = (DistributedMutex(etcd_client, path) for _ in range(3))
+    holder, waiter, third = (DistributedMutex(c, path) for c in (etcd_client, *await rivals(2)))
     await holder.acquire()
     w_task = asyncio.create_task(waiter.acquire())
     (_, w_key) = await queued(etcd_client, path + "/", 2)
@@ -258,7 +259,9 @@ async def test_aclose_releases_holds_and_aborts_waiters(etcd_client, etcd_prefix
     holder, waiter = DistributedMutex(etcd_client, path), DistributedMutex(etcd_client, path)
     await holder.acquire()
     w_task = asyncio.create_task(waiter.acquire())
-    await queued(etcd_client, path + "/", 2)
+    # Parked on the local line (one client): it has no key in etcd.
+    await eventually(lambda: "acquiring" in repr(waiter), what="the waiter parked")
+    assert len(await keys(etcd_client, path + "/")) == 1
     await waiter.aclose()
     with pytest.raises(RecipeClosedError):
         await w_task

@@ -33,6 +33,12 @@ def client(etcd_server):
         yield c
 
 
+@pytest.fixture
+def other(etcd_server):
+    with connect(**etcd_server.client_kwargs()) as c:
+        yield c
+
+
 def test_with_mutex_from_four_threads(client, etcd_prefix):
     mutex = DistributedMutex(client, etcd_prefix + "m")
     counter = etcd_prefix + "counter"
@@ -129,9 +135,12 @@ CHILD = textwrap.dedent(
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process")
-def test_ctrl_c_while_waiting_leaves_no_waiter_key_and_no_lease(client, etcd_server, etcd_prefix):
+def test_ctrl_c_while_waiting_leaves_no_waiter_key_and_no_lease(
+    client, other, etcd_server, etcd_prefix
+):
     path = etcd_prefix + "m"
-    holder, next_in_line = DistributedMutex(client, path), DistributedMutex(client, path)
+    # next_in_line on another client: a key in etcd of its own, behind the child's.
+    holder, next_in_line = DistributedMutex(client, path), DistributedMutex(other, path)
     holder.acquire()
     proc = subprocess.Popen(
         [sys.executable, "-W", "default", "-c", CHILD, etcd_server.url, path],
