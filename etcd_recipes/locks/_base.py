@@ -55,6 +55,7 @@ from ._session import (
     _Bounded,
     _Busy,
     _deadline_scope,
+    _Line,
     _monitor_soon,
     _Requeue,
     _Session,
@@ -79,7 +80,7 @@ class _LockBase(ABC):
         session: _Session,
         name: str,
         *,
-        line: asyncio.Lock | None = None,
+        line: _Line | None = None,
     ) -> None:
         self._recipe = recipe
         self._session = session
@@ -207,13 +208,10 @@ class _LockBase(ABC):
 
     async def _admit(self, wait: bool, abort: _Abort | _Bounded) -> _Held:
         line = self._line
-        if line is not None:
-            if line.locked():
-                if not wait:
-                    raise _Busy("another task of this process holds or is taking the lock")
-                await abort.wait(line.acquire())
-            else:
-                await line.acquire()
+        if line is not None and not line.take():
+            if not wait:
+                raise _Busy("another task of this process holds or is taking the lock")
+            await line.wait(abort)
         try:
             held = await self._take(wait, abort)
         except BaseException:

@@ -10,7 +10,6 @@ queue is not retried.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -25,7 +24,7 @@ from ..errors import (
     LostError,
     RecipeClosedError,
 )
-from ._session import _Session
+from ._session import _Line, _Session
 from .hold import LockHold
 
 if TYPE_CHECKING:
@@ -49,7 +48,7 @@ class _Held:
         self.refs = 0
         self.done = False
         self.views: list[_LossSink] = []
-        self.line: asyncio.Lock | None = None  # the local turn (_local_line), held with this
+        self.line: _Line | None = None  # the local turn (_local_line), held with this
         self._meter: RecipeMeter | None = None  # set once acquired: then reports its end once
         self._since = 0.0
         hold.add_loss_hook(self._on_lost)

@@ -6,6 +6,8 @@ forgot, and the small task and deadline helpers every lock recipe shares. Packag
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import heapq
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
@@ -120,16 +122,20 @@ class _Abort:
     of their own, through :meth:`wait`, which raises :class:`_Aborted` when cancelled.
     """
 
-    __slots__ = ("_scope", "cancelled")
+    __slots__ = ("_scope", "cancelled", "parked")
 
     def __init__(self) -> None:
         self.cancelled = False
         self._scope: anyio.CancelScope | None = None
+        self.parked: asyncio.Future[None] | None = None  # waiting in a _Line, scope-less
 
     def cancel(self) -> None:
         self.cancelled = True
         if self._scope is not None:
             self._scope.cancel()
+        parked = self.parked
+        if parked is not None and not parked.done():
+            parked.set_exception(_Aborted("aborted by aclose()"))
 
     async def wait(self, aw: Awaitable[_T]) -> _T:
         """Await ``aw``; :class:`_Aborted` if :meth:`cancel` is called first or meanwhile."""
@@ -171,27 +177,90 @@ def _monitor_soon(hold: Hold, seen: int) -> None:
     monitors.add(hold, seen)
 
 
-_LINES: weakref.WeakKeyDictionary[EtcdClient, weakref.WeakValueDictionary[str, asyncio.Lock]] = (
+class _Line:
+    """The turn that every mutex of one client on one path takes -- one acquisition at a
+    time, first come first served -- before it queues in etcd (see :func:`_local_line`).
+
+    A waiter costs one bare future: no task, timer or cancel scope of its own. Whoever has the
+    turn passes it with :meth:`release` (to the next waiter, still taken) exactly once.
+    """
+
+    __slots__ = ("__weakref__", "_taken", "_waiters")
+
+    def __init__(self) -> None:
+        self._taken = False
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def locked(self) -> bool:
+        """Whether someone has the turn (acquiring, holding or releasing the lock)."""
+        return self._taken
+
+    @property
+    def waiting(self) -> int:
+        """How many wait for the turn."""
+        return len(self._waiters)
+
+    def take(self) -> bool:
+        """Take the turn if it is free (no waiting): whether it was."""
+        if self._taken:
+            return False
+        self._taken = True
+        return True
+
+    async def wait(self, abort: _Abort | _Bounded) -> None:
+        """Wait for the turn, in line; :class:`_Aborted` when ``abort`` is cancelled first."""
+        if self.take():
+            return
+        if isinstance(abort, _Abort) and abort.cancelled:
+            raise _Aborted("aborted by aclose()")
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(turn)
+        if isinstance(abort, _Abort):
+            abort.parked = turn
+        try:
+            await turn
+        except BaseException:
+            if turn.done() and not turn.cancelled() and turn.exception() is None:
+                self.release()  # given the turn, then cancelled: pass it on
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(turn)
+            raise
+        finally:
+            if isinstance(abort, _Abort):
+                abort.parked = None
+
+    def release(self) -> None:
+        """Pass the turn to the next waiter (or free it)."""
+        waiters = self._waiters
+        while waiters:
+            turn = waiters.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
+        self._taken = False
+
+
+_LINES: weakref.WeakKeyDictionary[EtcdClient, weakref.WeakValueDictionary[str, _Line]] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def _local_line(client: EtcdClient, path: str) -> asyncio.Lock:
-    """The turn that every mutex of ``client`` on ``path`` takes -- one acquisition at a time,
-    first come first served -- before it queues in etcd.
+def _local_line(client: EtcdClient, path: str) -> _Line:
+    """The turn that every mutex of ``client`` on ``path`` takes before it queues in etcd.
 
     So a process has one waiter key (and one lease) per client and path in etcd, whatever the
-    number of its waiting tasks: those wait here, on a future each, and each of them queues a
-    fresh key at the tail when its turn comes -- behind the waiters other processes queued
-    meanwhile (the processes take turns). Mutual exclusion is still etcd's: a turn is only
-    who may queue next. Shared by the instances on the path; gone with the last of them.
+    number of its waiting tasks: those wait in line here, on a future each, and each of them
+    queues a fresh key at the tail when its turn comes -- behind the waiters other processes
+    queued meanwhile (the processes take turns). Mutual exclusion is still etcd's: a turn is
+    only who may queue next. Shared by the instances on the path; gone with the last of them.
     """
     lines = _LINES.get(client)
     if lines is None:
         lines = _LINES[client] = weakref.WeakValueDictionary()
     line = lines.get(path)
     if line is None:
-        line = lines[path] = asyncio.Lock()
+        line = lines[path] = _Line()
     return line
 
 
