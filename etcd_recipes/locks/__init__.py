@@ -41,8 +41,8 @@ Guarantees:
 * cancelling an acquisition (task cancel, ``anyio.fail_after``, ``asyncio.timeout``, Ctrl-C in
   the blocking facade) deletes its waiter key and gives its lease back to the pool (revoked
   once idle; retired at once if the delete was not confirmed), before the cancellation
-  propagates unchanged; the next waiter in line
-  is woken by that deletion and is not delayed;
+  propagates unchanged; the next waiter in line (in etcd, or in the local line) is not
+  delayed;
 * every hold has a **fencing token** (its key's create revision, larger for every later hold
   on the path) and a compare (:meth:`LockHold.compare`, :meth:`DistributedMutex.is_owner`) so a
   transaction commits only while the hold is current (:meth:`LockHold.guarded_txn`).
@@ -56,8 +56,20 @@ that rejects tokens older than the newest it has seen. ``is_locked()`` is adviso
 
 Holds belong to **asyncio tasks**: the task that acquired a lock may re-acquire it (counted by
 ``hold_count``) and must release it; a hold whose task has finished may be released (and
-inspected) by any task. One instance queues in etcd once at a time: its tasks take turns
-locally before that (the mutex) or queue in etcd with keys of their own (read-write views).
+inspected) by any task.
+
+**The local line (mutex):** the mutexes of one client on one path -- every instance, every
+task -- take turns in the process, first come first served, before they queue in etcd. So the
+process has **one waiter key and one lease** per client and path in etcd however many of its
+tasks wait (a parked task costs a future, no lease, key, watch or keep-alive), and every turn
+queues a **fresh key at the tail**: behind the waiters other processes queued meanwhile, so
+processes take turns, nobody starves and fencing tokens keep following etcd's order. A turn
+is only who may queue next; mutual exclusion is etcd's. The turn passes on release, on a loss
+(without waiting for the loser's ``release()``), and when a waiter gives up. Consequences:
+``contenders()`` lists one key per waiting client, not every waiting task; ``acquire(timeout=0)``
+behind a task of the same client that holds or is acquiring answers False without an RPC; and
+two waiters of one client are served in the order they called ``acquire()``, not by etcd.
+Read-write views and semaphores queue in etcd with a key per acquisition.
 In the blocking facade every call runs in an event-loop task of its own, so ``with`` blocks on
 one instance take turns, but nested blocks (and a downgrade) on one instance are not reentrant
 there.

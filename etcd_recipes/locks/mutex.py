@@ -36,7 +36,9 @@ class DistributedMutex(_Queued, Recipe):
     ``async with mutex:`` acquires the lock for the body (this is the lock's context, not the
     recipe's lifecycle: close the instance with ``aclose()``). Its leases come from the
     client's pool, so an instance per request is cheap (no lease of its own).
-    Holds are per asyncio task and reentrant.
+    Holds are per asyncio task and reentrant. The mutexes of one client on one path take
+    turns locally, first come first served, behind one waiter key in etcd (the local line,
+    see :mod:`etcd_recipes.locks`).
 
     Example::
 
@@ -94,9 +96,10 @@ class DistributedMutex(_Queued, Recipe):
         return (await self._client.count(self._conflicts)) > 0
 
     async def contenders(self) -> list[LockParticipant]:
-        """Everyone holding or waiting for the lock, in line order (one read, advisory): the
-        first one holds it (``is_holder``). Other clients' keys count too (``etcdctl lock``,
-        Go, the Kotlin library).
+        """Everyone holding or waiting for the lock in etcd, in line order (one read,
+        advisory): the first one holds it (``is_holder``). Other clients' keys count too
+        (``etcdctl lock``, Go, the Kotlin library). A client has one key here at a time: its
+        other waiting tasks wait in its local line (see :mod:`etcd_recipes.locks`).
 
         Example::
 

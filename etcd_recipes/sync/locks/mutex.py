@@ -33,7 +33,9 @@ class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
     ``with mutex:`` acquires the lock for the body (this is the lock's context, not the
     recipe's lifecycle: close the instance with ``close()``). Its leases come from the
     client's pool, so an instance per request is cheap (no lease of its own).
-    Holds are per thread and reentrant.
+    Holds are per thread and reentrant. The mutexes of one client on one path take
+    turns locally, first come first served, behind one waiter key in etcd (the local line,
+    see :mod:`etcd_recipes.locks`).
 
     Example::
 
@@ -100,9 +102,10 @@ class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
         return self._rt.call(self._a.is_locked)
 
     def contenders(self) -> list[LockParticipant]:
-        """Everyone holding or waiting for the lock, in line order (one read, advisory): the
-        first one holds it (``is_holder``). Other clients' keys count too (``etcdctl lock``,
-        Go, the Kotlin library).
+        """Everyone holding or waiting for the lock in etcd, in line order (one read,
+        advisory): the first one holds it (``is_holder``). Other clients' keys count too
+        (``etcdctl lock``, Go, the Kotlin library). A client has one key here at a time: its
+        other waiting tasks wait in its local line (see :mod:`etcd_recipes.locks`).
 
         Example::
 
