@@ -120,17 +120,22 @@ class Claimer:
         self.local = local_claims(client, keys.items)
         self.snapshot_ops = keys.snapshot_ops(orphans=False)  # the reads after a claim
 
-    def window(self, items: list[KeyValue]) -> list[KeyValue]:
+    def window(self, items: list[KeyValue], *, further: bool = True) -> list[KeyValue] | None:
         """The candidates the next claim tries: the first item no sibling took (or is after,
         while another is free), then as many of the next as its reach allows, well under the
-        server's request size limit; empty when siblings took every item read."""
-        taken, busy = self.local.taken, self.local.busy
+        server's request size limit; empty when siblings took every item read; ``None``
+        (only with ``further``) when siblings are after every other item read and a full
+        window was read: more may follow (:meth:`read_further`)."""
+        taken, busy, read = self.local.taken, self.local.busy, len(items)
         if taken:
             items = [kv for kv in items if (kv.key, kv.mod_revision) not in taken]
             if not items:
                 return []
         if busy:
-            items = [kv for kv in items if (kv.key, kv.mod_revision) not in busy] or items
+            free = [kv for kv in items if (kv.key, kv.mod_revision) not in busy]
+            if not free and further and read >= WINDOW:
+                return None
+            items = free or items
         window, size = [items[0]], len(items[0].value)
         for kv in items[1 : self.reach]:
             size += len(kv.value)
@@ -138,6 +143,11 @@ class Claimer:
                 break
             window.append(kv)
         return window
+
+    async def read_further(self) -> list[KeyValue]:
+        """The first items of the queue, as many more than a window as siblings are after."""
+        limit = WINDOW + len(self.local.busy)
+        return (await self.client.range(self.keys.items, prefix=True, limit=limit)).kvs
 
     def claim_ops(self, head: KeyValue, attempt: int, lease_id: int) -> list[AnyOp]:
         name = item_name(head.key)

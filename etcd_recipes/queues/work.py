@@ -511,6 +511,8 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         """Claim the first of ``items`` still present: the item, a fresh snapshot if none was,
         or None if the deadline passed while the consumer lease was healing."""
         window = self._claimer.window(items)
+        if window is None:  # siblings are after every item read: look further before racing
+            window = self._claimer.window(await self._claimer.read_further(), further=False)
         if not window:
             return await self._snapshot()  # siblings took every item read: read afresh
         dead = 0  # a lease id the server no longer knows
