@@ -65,6 +65,8 @@ class LocalClaims:
 
     Example::
 
+        from etcd_recipes.queues._claims import LocalClaims
+
         claims = LocalClaims()
         claims.took((b"/q/items/1", 7))
         assert (b"/q/items/1", 7) in claims.taken
