@@ -5,8 +5,18 @@ A claim is one transaction: ``If(mod_revision(items/id) == observed, attempts un
 Then(delete items/id, put claimed/id, put claims/id on the lease, put attempts/id =
 attempt)``; under contention it goes on, nested in the same transaction, to the next item read
 that is still present and never delivered, and it reads the queue's next items right after the
-claim. Settling is guarded on the claim marker still being this consumer's (value **and**
-create revision), so a stale item cannot settle a later claim of the same consumer.
+claim. A lone candidate needs no nesting: ``If(mod_revision(items/id) == observed,
+attempts/id missing)`` with the claim's writes, else the reads that tell a redelivery (claimed
+next, with ``attempt + 1``) from a gone item. Settling is guarded on the claim marker still
+being this consumer's (value **and** create revision), so a stale item cannot settle a later
+claim of the same consumer.
+
+The consumers of one queue in one process (one client) share what they are claiming and what
+they took lately (:class:`LocalClaims`): a claim's first candidate is one no sibling is after
+and none took, so siblings reading the same snapshot spread over its items instead of racing
+for its head (each claim then stays one compare, no chain). This is a hint only -- every claim
+still compares the item's mod revision -- and it never hides an item from all of them: when
+every candidate is some sibling's target, the claim races for them as before.
 
 Guaranteed: a claim that committed for a cancelled receive is undone (payload back under its
 key, attempts as before) before the cancellation is re-raised; a redelivered head is never
@@ -21,6 +31,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+import weakref
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +53,46 @@ if TYPE_CHECKING:
 log = library_logger("etcd_recipes.work_queue")
 
 _CHAIN_BYTES = 256 * 1024  # payload bytes one claim transaction may carry
+_TAKEN = 256  # claimed items (key, mod revision) the consumers of a process remember
+Version = tuple[bytes, int]  # an item as read: its key and mod revision
+
+
+class LocalClaims:
+    """What the consumers of one queue on one client are after and took lately: item versions
+    (key, mod revision). A version taken is gone for good (a requeued item comes back with a
+    new mod revision), so skipping it is always right; a version a sibling is after is skipped
+    while another candidate is free.
+
+    Example::
+
+        from etcd_recipes.queues._claims import LocalClaims
+
+        claims = LocalClaims()
+        claims.took((b"/q/items/1", 7))
+        assert (b"/q/items/1", 7) in claims.taken
+    """
+
+    __slots__ = ("busy", "order", "taken")
+
+    def __init__(self) -> None:
+        self.busy: dict[Version, int] = {}  # first candidates of claims in flight (counted)
+        self.taken: set[Version] = set()
+        self.order: deque[Version] = deque()
+
+    def took(self, version: Version) -> None:
+        self.taken.add(version)
+        self.order.append(version)
+        if len(self.order) > _TAKEN:
+            self.taken.discard(self.order.popleft())
+
+
+_LOCAL: weakref.WeakKeyDictionary[EtcdClient, dict[str, LocalClaims]] = weakref.WeakKeyDictionary()
+
+
+def local_claims(client: EtcdClient, items: str) -> LocalClaims:
+    """The :class:`LocalClaims` shared by every consumer of the queue at ``items`` on
+    ``client``."""
+    return _LOCAL.setdefault(client, {}).setdefault(items, LocalClaims())
 
 
 @dataclass
@@ -67,10 +119,25 @@ class Claimer:
         self.trace = trace  # read trace/<id> in the claim transaction
         self.what = f"{context}: undoing a cancelled claim"  # names the cleanup
         self.reach = 1  # candidates the next claim tries (see _take.next_reach)
+        self.local = local_claims(client, keys.items)
+        self.snapshot_ops = keys.snapshot_ops(orphans=False)  # the reads after a claim
 
-    def window(self, items: list[KeyValue]) -> list[KeyValue]:
-        """The candidates the next claim tries: the head, then as many of the next items as
-        its reach allows, well under the server's request size limit."""
+    def window(self, items: list[KeyValue], *, further: bool = True) -> list[KeyValue] | None:
+        """The candidates the next claim tries: the first item no sibling took (or is after,
+        while another is free), then as many of the next as its reach allows, well under the
+        server's request size limit; empty when siblings took every item read; ``None``
+        (only with ``further``) when siblings are after every other item read and a full
+        window was read: more may follow (:meth:`read_further`)."""
+        taken, busy, read = self.local.taken, self.local.busy, len(items)
+        if taken:
+            items = [kv for kv in items if (kv.key, kv.mod_revision) not in taken]
+            if not items:
+                return []
+        if busy:
+            free = [kv for kv in items if (kv.key, kv.mod_revision) not in busy]
+            if not free and further and read >= WINDOW:
+                return None
+            items = free or items
         window, size = [items[0]], len(items[0].value)
         for kv in items[1 : self.reach]:
             size += len(kv.value)
@@ -78,6 +145,11 @@ class Claimer:
                 break
             window.append(kv)
         return window
+
+    async def read_further(self) -> list[KeyValue]:
+        """The first items of the queue, as many more than a window as siblings are after."""
+        limit = WINDOW + len(self.local.busy)
+        return (await self.client.range(self.keys.items, prefix=True, limit=limit)).kvs
 
     def claim_ops(self, head: KeyValue, attempt: int, lease_id: int) -> list[AnyOp]:
         name = item_name(head.key)
@@ -129,11 +201,55 @@ class Claimer:
             [Op.get(attempts_key)],
         )
         chain = Op.txn([Cmp.mod_revision(head.key) == head.mod_revision], [first_delivery], failure)
-        return [chain, *self.keys.snapshot_ops(orphans=False)]
+        return [chain, *self.snapshot_ops]
 
     async def claim(self, window: list[KeyValue], lease_id: int) -> Claimed | Snapshot:
         """Claim the first of ``window`` still present: the claim, or a fresh snapshot if none
-        was (raises :class:`~etcd_recipes.errors.LeaseNotFoundError` for a dead lease)."""
+        was (raises :class:`~etcd_recipes.errors.LeaseNotFoundError` for a dead lease). Its
+        siblings skip ``window[0]`` meanwhile, and the item claimed afterwards."""
+        target = (window[0].key, window[0].mod_revision)
+        busy = self.local.busy
+        busy[target] = busy.get(target, 0) + 1
+        try:
+            if len(window) == 1:
+                claimed = await self._claim_one(window[0], lease_id)
+            else:
+                claimed = await self._claim_chain(window, lease_id)
+        finally:
+            if (left := busy.pop(target) - 1) > 0:
+                busy[target] = left
+        if isinstance(claimed, Claimed):
+            self.local.took((claimed.head.key, claimed.head.mod_revision))
+        return claimed
+
+    async def _claim_one(self, head: KeyValue, lease_id: int) -> Claimed | Snapshot:
+        """Claim a lone candidate in a flat transaction: a first delivery at once; else the
+        attempt count and the item's version, read in the failure branch, tell a redelivery
+        (claimed next, with ``attempt + 1``) from an item that is gone."""
+        attempts_key = self.keys.attempts + item_name(head.key)
+        claim_ops = self.claim_ops(head, 1, lease_id)
+        result = await commit(
+            self.client,
+            [Cmp.mod_revision(head.key) == head.mod_revision, Cmp.missing(attempts_key)],
+            [*claim_ops, *self.snapshot_ops],
+            [Op.get(attempts_key), Op.get(head.key, keys_only=True), *self.snapshot_ops],
+            undo=lambda done: self._unclaim(head, None, done.revision),
+            what=self.what,
+        )
+        if result.succeeded:
+            self.reach = next_reach(self.reach, 0, WINDOW)
+            after = Snapshot.parse(result.responses[len(claim_ops) :], result.revision)
+            return Claimed(head, 1, result.revision, after, self.context_in(result.responses))
+        counts, present, *snapshot = result.responses
+        assert isinstance(counts, RangeResult)
+        assert isinstance(present, RangeResult)
+        if counts.kvs and present.kvs and present.kvs[0].mod_revision == head.mod_revision:
+            self.reach = next_reach(self.reach, 0, WINDOW)
+            return await self._claim_again(head, counts.kvs[0], lease_id)
+        self.reach = next_reach(self.reach, None, WINDOW)
+        return Snapshot.parse(snapshot, result.revision)
+
+    async def _claim_chain(self, window: list[KeyValue], lease_id: int) -> Claimed | Snapshot:
         result = await commit(
             self.client,
             [],
@@ -167,7 +283,7 @@ class Claimer:
         """Claim a redelivery: ``attempt + 1``, guarded on the attempt count read."""
         attempts_key = self.keys.attempts + item_name(head.key)
         attempt = attempts_in([known]) + 1
-        snapshot_ops = self.keys.snapshot_ops(orphans=False)
+        snapshot_ops = self.snapshot_ops
         claim_ops = self.claim_ops(head, attempt, lease_id)
         result = await commit(
             self.client,

@@ -12,12 +12,12 @@ Key layout (shared with the Kotlin library, tabled in :mod:`._layout`; ``<p>`` i
 served in key order, i.e. FIFO by the producers' clocks (made strictly increasing within a
 process, so one producer's items keep their order). A claim is one transaction:
 ``If(mod_revision(items/id) == observed, attempts unchanged) Then(delete items/id,
-put claimed/id, put claims/id on the lease, put attempts/id = attempt)``; under contention it
-goes on, nested in the same transaction, to the next item read that is still present and
-never delivered, and it reads the queue's next items right after the claim, which a receive
-that follows within half a second starts from. ``ack()`` deletes ``claims/ claimed/
-attempts/``, ``requeue()`` moves the payload back to ``items/<id>`` (with a delay: to
-``delayed/<ready%019d>-<id>``, promoted back under its id) and ``dead_letter(reason)`` to
+put claimed/id, put claims/id on the lease, put attempts/id = attempt)``; the consumers of one
+queue on one client aim at different items, and under contention a claim goes on, nested in
+the same transaction, to the next item read still present and never delivered; it reads the
+queue's next items, which a receive within half a second starts from. ``ack()`` deletes
+``claims/ claimed/ attempts/``, ``requeue()`` moves the payload back to ``items/<id>`` (delayed:
+to ``delayed/<ready%019d>-<id>``, promoted back under its id) and ``dead_letter(reason)`` to
 ``dlq/<id>``, all guarded on the claim marker still being this consumer's (value and create
 revision), and retried through an outage of up to ``visibility_timeout``.
 
@@ -63,7 +63,7 @@ reference). A JVM consumer promotes an item requeued with a delay under a new id
 count starts afresh) and leaves ``reasons/`` behind when it purges (a stale reason is ignored).
 
 Deviations from the Kotlin library: the wait for items is anchored at the snapshot's revision + 1
-(or before: a client's consumers share one watch per prefix);
+(or before: a client's consumers share one watch per prefix); sibling consumers spread;
 orphans are detected by a receive that reads the queue afresh (two count reads in the head
 read's round trip); ``ack``/``requeue`` also compare the marker's create revision, so a stale
 item cannot settle a later claim of the same consumer; producers write with a create-only
@@ -510,12 +510,16 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
     ) -> WorkItem[ValueT] | Snapshot | None:
         """Claim the first of ``items`` still present: the item, a fresh snapshot if none was,
         or None if the deadline passed while the consumer lease was healing."""
-        window = self._claimer.window(items)
         dead = 0  # a lease id the server no longer knows
         while True:
             lease_id = await self._consumer.acquire(deadline, dead)
             if not lease_id:
                 return None
+            window = self._claimer.window(items)  # right before the claim: siblings see it
+            if window is None:  # siblings are after every item read: look further first
+                window = self._claimer.window(await self._claimer.read_further(), further=False)
+            if not window:
+                return await self._snapshot()  # siblings took every item read: read afresh
             try:
                 claimed = await self._claimer.claim(window, lease_id)
             except LeaseNotFoundError:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from etcd_recipes import EtcdClient
@@ -44,3 +46,59 @@ def finish(proc: subprocess.Popen[str], timeout: float = 60) -> Any:
             proc.wait()
     assert proc.returncode == 0, err
     return json.loads(out.strip().splitlines()[-1])
+
+
+class Transactions:
+    """The transactions a client sent while :func:`transactions` ran: each request's
+    protobuf, and whether etcd applied its success branch."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[Any, bool]] = []
+        self.other: list[str] = []  # other unary RPCs, by method
+
+    @staticmethod
+    def _writes(request: Any) -> bool:
+        for op in [*request.success, *request.failure]:
+            kind = op.WhichOneof("request")
+            if kind in ("request_put", "request_delete_range"):
+                return True
+            if kind == "request_txn" and Transactions._writes(op.request_txn):
+                return True
+        return False
+
+    @staticmethod
+    def nested(request: Any) -> bool:
+        return any(
+            op.WhichOneof("request") == "request_txn" for op in [*request.success, *request.failure]
+        )
+
+    @property
+    def writes(self) -> list[tuple[Any, bool]]:
+        """The transactions that may write (each one a raft proposal in etcd)."""
+        return [(req, ok) for req, ok in self.sent if self._writes(req)]
+
+    @property
+    def failed_writes(self) -> int:
+        return sum(1 for _, ok in self.writes if not ok)
+
+
+@contextmanager
+def transactions(client: EtcdClient) -> Iterator[Transactions]:
+    """Record the transactions ``client`` sends while the block runs (a wrapper around the
+    client's one RPC funnel; no timing)."""
+    seen = Transactions()
+    call = client._call
+
+    async def recording(op: str, method: str, stub: Any, request: Any, *a: Any, **k: Any) -> Any:
+        response = await call(op, method, stub, request, *a, **k)
+        if method == "Txn":
+            seen.sent.append((request, bool(response.succeeded)))
+        else:
+            seen.other.append(method)
+        return response
+
+    client._call = recording  # type: ignore[method-assign]
+    try:
+        yield seen
+    finally:
+        del client._call

@@ -20,7 +20,7 @@ from etcd_recipes import (
     DistributedWorkQueue,
     WorkQueueConfig,
 )
-from etcd_recipes._core.txn import TxnOp
+from etcd_recipes._core.txn import PutOp, TxnOp
 from tests.helpers import eventually
 from tests.queues.helpers import keys, server_leases, spawn
 
@@ -154,9 +154,7 @@ async def test_claim_cancelled_after_it_committed_is_undone(etcd_client, etcd_pr
     item_id = await producer.enqueue(b"precious")
     leases_before = await server_leases(etcd_client)
     consumer = DistributedWorkQueue(etcd_client, path, CONFIG)
-    slowed = _slow_commits(
-        etcd_client, lambda compare, success: any(isinstance(op, TxnOp) for op in success)
-    )
+    slowed = _slow_commits(etcd_client, lambda compare, success: _claims(success))
     try:
         await _cancel(consumer.receive(), how)
     finally:
@@ -170,6 +168,15 @@ async def test_claim_cancelled_after_it_committed_is_undone(etcd_client, etcd_pr
     assert (item.id, item.attempt) == (item_id, 1)  # the cancelled claim did not count
     assert await item.ack()
     await consumer.aclose()
+
+
+def _claims(ops) -> bool:
+    """Whether a transaction branch writes a claim marker (a put on a lease), nested or not."""
+    return any(
+        (isinstance(op, PutOp) and op.lease != 0)
+        or (isinstance(op, TxnOp) and (_claims(op.success) or _claims(op.failure)))
+        for op in ops
+    )
 
 
 _SIGINT = textwrap.dedent(
