@@ -99,7 +99,7 @@ class DistributedMutex(_Queued, Recipe):
         """Everyone holding or waiting for the lock in etcd, in line order (one read,
         advisory): the first one holds it (``is_holder``). Other clients' keys count too
         (``etcdctl lock``, Go, the Kotlin library). A client has one key here at a time: its
-        other waiting tasks wait in its local line (see :mod:`etcd_recipes.locks`).
+        other waiters wait in its local line (see :mod:`etcd_recipes.locks`).
 
         Example::
 

@@ -105,7 +105,7 @@ class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
         """Everyone holding or waiting for the lock in etcd, in line order (one read,
         advisory): the first one holds it (``is_holder``). Other clients' keys count too
         (``etcdctl lock``, Go, the Kotlin library). A client has one key here at a time: its
-        other waiting tasks wait in its local line (see :mod:`etcd_recipes.locks`).
+        other waiters wait in its local line (see :mod:`etcd_recipes.locks`).
 
         Example::
 
