@@ -181,3 +181,35 @@ def test_ctrl_c_while_waiting_leaves_no_waiter_key_and_no_lease(
     next_in_line.release()
     holder.close()
     next_in_line.close()
+
+
+def test_threads_of_one_client_wait_in_its_local_line(client, etcd_prefix):
+    """Per thread, as per task: the mutexes of one client on one path take turns in the
+    process, in the order their threads asked, behind one key in etcd."""
+    path = etcd_prefix + "line"
+    holder = DistributedMutex(client, path)
+    holder.acquire()
+    order: list[int] = []
+    mutexes = [DistributedMutex(client, path) for _ in range(4)]
+
+    def take(i: int) -> None:
+        with mutexes[i]:
+            order.append(i)
+
+    threads = []
+    for i in range(4):
+        thread = threading.Thread(target=take, args=(i,))
+        thread.start()
+        threads.append(thread)
+        deadline = time.monotonic() + 10
+        while "acquiring" not in repr(mutexes[i]):  # parked before the next one asks
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    assert [kv.key for kv in client.get_prefix(path + "/").kvs] == [holder.hold.key]
+    holder.release()
+    for thread in threads:
+        thread.join(10)
+    assert order == [0, 1, 2, 3]
+    assert client.get_prefix(path + "/").kvs == []
+    for m in (holder, *mutexes):
+        m.close()
