@@ -8,6 +8,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import anyio
+import pytest
+
 from etcd_recipes import EtcdClient
 
 
@@ -106,3 +109,30 @@ async def queued(client: EtcdClient, prefix: str, n: int, timeout: float = 10.0)
         if loop.time() > deadline:
             raise AssertionError(f"only {len(found)} of {n} keys queued under {prefix}")
         await asyncio.sleep(0.02)
+
+
+async def _cancel_task(coro: Any) -> None:
+    task = asyncio.create_task(coro)
+    await asyncio.sleep(0.3)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def _fail_after(coro: Any) -> None:
+    with pytest.raises(TimeoutError):
+        with anyio.fail_after(0.3):
+            await coro
+
+
+async def _asyncio_timeout(coro: Any) -> None:
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(coro, 0.3)
+
+
+# Ways a caller gives up on an acquisition after 0.3 s, each checked to raise what it should.
+GIVE_UP = {
+    "task-cancel": _cancel_task,
+    "anyio-fail-after": _fail_after,
+    "wait-for": _asyncio_timeout,
+}

@@ -13,7 +13,7 @@ import pytest
 from etcd_recipes import DistributedMutex, DistributedReadWriteLock, DistributedSemaphore
 from tests.helpers import eventually
 
-from .helpers import keys, lease_alive, lease_keys, lease_of, queued, short_idle_window
+from .helpers import GIVE_UP, keys, lease_alive, lease_keys, lease_of, queued, short_idle_window
 
 
 @pytest.fixture(autouse=True)
@@ -21,26 +21,9 @@ def _short_idle(monkeypatch):
     short_idle_window(monkeypatch)
 
 
-async def _cancel_task(coro):
-    task = asyncio.create_task(coro)
-    await asyncio.sleep(0.3)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-
-
-async def _fail_after(coro):
-    with pytest.raises(TimeoutError):
-        with anyio.fail_after(0.3):
-            await coro
-
-
-async def _asyncio_timeout(coro):
-    with pytest.raises(TimeoutError):
-        await asyncio.wait_for(coro, 0.3)
-
-
-HOW = {"task-cancel": _cancel_task, "anyio-fail-after": _fail_after, "wait-for": _asyncio_timeout}
+_cancel_task = GIVE_UP["task-cancel"]
+_fail_after = GIVE_UP["anyio-fail-after"]
+HOW = GIVE_UP
 
 
 @pytest.mark.parametrize("how", list(HOW))

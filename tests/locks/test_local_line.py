@@ -7,14 +7,13 @@ from __future__ import annotations
 import asyncio
 import gc
 
-import anyio
 import pytest
 
 from etcd_recipes import DistributedMutex
 from etcd_recipes._core.lease_pool import pooled_lease_ids
 from tests.helpers import eventually
 
-from .helpers import keys, lease_keys, lease_of, traffic
+from .helpers import GIVE_UP, keys, lease_keys, lease_of, traffic
 
 
 async def _parked(mutexes: list[DistributedMutex]) -> None:
@@ -89,29 +88,11 @@ async def test_processes_take_turns(etcd_client, etcd_prefix, rivals):
         await m.aclose()
 
 
-async def _cancel_task(coro):
-    task = asyncio.create_task(coro)
-    await asyncio.sleep(0.3)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-
-
-async def _fail_after(coro):
-    with pytest.raises(TimeoutError):
-        with anyio.fail_after(0.3):
-            await coro
-
-
 async def _timeout(coro):
     assert await coro is False
 
 
-HOW = {
-    "task-cancel": _cancel_task,
-    "anyio-fail-after": _fail_after,
-    "timeout": _timeout,
-}
+HOW = {**GIVE_UP, "timeout": _timeout}
 
 
 @pytest.mark.parametrize("how", list(HOW))
