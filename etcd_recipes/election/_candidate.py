@@ -28,6 +28,7 @@ from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.txn import AnyOp, Cmp, Compare, Op
 from .._core.validate import check_ttl
 from .._core.waiting import abort_guard, wait_for_change
+from .._core.watch import Watch
 from ..errors import (
     DuplicateParticipantError,
     EtcdConnectionError,
@@ -87,6 +88,7 @@ class _Candidate(Recipe):
             "leadership", current=lambda: self._announced
         )
         self._changed = asyncio.Event()
+        self._spent_watch: Watch | None = None  # the campaign's watch, until the win is out
 
     # ------------------------------------------------------------------ public surface
 
@@ -306,38 +308,41 @@ class _Candidate(Recipe):
             return revision + 1
 
         watch = self._client.watch(self._leader, no_put=True, resync=resync)
-        async with watch:
-            items = watch.items()
-            try:
-                # The watch covers every change after the revision its creation reported.
-                contend = watch.resume_revision - 1 > seen and (await self._leader_vacant())[0]
-                while True:
-                    if contend:
-                        if lease.is_lost:
-                            return None
-                        term, _ = await self._claim(lease)
-                        if term is not None:
-                            return term
-                    item = await anext(items, None)
-                    if item is None:  # closed under us: the caller tries again (or fails)
+        await watch.start()
+        items = watch.items()
+        try:
+            # The watch covers every change after the revision its creation reported.
+            contend = watch.resume_revision - 1 > seen and (await self._leader_vacant())[0]
+            while True:
+                if contend:
+                    if lease.is_lost:
                         return None
-                    if isinstance(item, WatchEvent):
-                        contend = is_delete(item)
-                        continue
-                    self._on_recovery_event(item)
-                    if isinstance(item, WatchResynced):
-                        contend, vacant = vacant, False
-                    elif isinstance(item, WatchResubscribed):
-                        contend = (await self._leader_vacant())[0]
-                    elif isinstance(item, WatchFailed):
-                        raise WatchFailedError(
-                            f"the watch on {item.key!r} failed while campaigning: {item.cause}"
-                        ) from item.cause
-                    else:
-                        contend = False
-            finally:
-                if isinstance(items, AsyncGenerator):
-                    await items.aclose()  # now, not from a finalizer task at garbage collection
+                    term, _ = await self._claim(lease)
+                    if term is not None:
+                        self._spent_watch = watch  # closed once the win is announced
+                        return term
+                item = await anext(items, None)
+                if item is None:  # closed under us: the caller tries again (or fails)
+                    return None
+                if isinstance(item, WatchEvent):
+                    contend = is_delete(item)
+                    continue
+                self._on_recovery_event(item)
+                if isinstance(item, WatchResynced):
+                    contend, vacant = vacant, False
+                elif isinstance(item, WatchResubscribed):
+                    contend = (await self._leader_vacant())[0]
+                elif isinstance(item, WatchFailed):
+                    raise WatchFailedError(
+                        f"the watch on {item.key!r} failed while campaigning: {item.cause}"
+                    ) from item.cause
+                else:
+                    contend = False
+        finally:
+            if isinstance(items, AsyncGenerator):
+                await items.aclose()  # now, not from a finalizer task at garbage collection
+            if self._spent_watch is not watch:
+                await watch.aclose()
 
     async def _leader_vacant(self) -> tuple[bool, int]:
         """Whether no LEADER key exists, and the revision of the read."""
@@ -363,7 +368,8 @@ class _Candidate(Recipe):
         )
         return LeadershipTerm(hold, self.client_id, value, self._leader), result.revision
 
-    def _begin_term(self, term: LeadershipTerm) -> None:
+    async def _begin_term(self, term: LeadershipTerm) -> None:
+        """Start the won term (never suspends: the campaign's watch closes without waiting)."""
         self._term = term
         term._hold.add_listener(lambda cause: self._step_down(term))
         if self._state is ConnectionState.LOST:
@@ -380,6 +386,9 @@ class _Candidate(Recipe):
         # from the term's creation on, so nothing is missed by starting it now.
         term._hold.start_monitor(after_revision=term.fencing_token)
         self._wake()
+        spent, self._spent_watch = self._spent_watch, None
+        if spent is not None:  # after the announcement: its cancel is queued behind it
+            await spent.aclose()
 
     def _step_down(self, term: LeadershipTerm) -> None:
         """Mark the term over and tell the listeners, once; a lost term is also recorded and

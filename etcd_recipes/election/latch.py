@@ -144,7 +144,7 @@ class LeaderLatch(_Candidate):
                 await asyncio.sleep(CAMPAIGN_BACKOFF.next_delay(failures, 0.0) or 1.0)
                 continue
             failures = 0
-            self._begin_term(term)
+            await self._begin_term(term)
             try:
                 with contextlib.suppress(LeadershipLostError):
                     async with term._hold.scope():
