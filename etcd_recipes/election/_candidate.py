@@ -3,7 +3,8 @@ participation, campaigning, terms and step-down (private to the election family)
 
 A candidate joins with ``<path>/participants/<client_id>`` on a self-healing lease, then
 campaigns: it creates ``<path>/LEADER`` on a fresh term lease with ``If(version == 0)``, or waits
-for that key's deletion with a watch anchored at the read that saw it. A won term is a
+for that key's deletion on one watch per campaign (opened from "now", a read covering the gap
+since the failed create) and tries again from the watch loop on each deletion. A won term is a
 :class:`~etcd_recipes._core.hold.Hold` (``scope()`` cancels the body on a loss, ``release()``
 deletes the key and revokes the lease); the term lease is never healed.
 """
