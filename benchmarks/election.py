@@ -14,7 +14,9 @@ Starts its own etcd unless ``--endpoint`` is given. ``--candidates`` processes e
 * **killed** with SIGKILL: its term lease must expire on the server before anyone else can
   win, so the lease TTL is the floor (etcd expires a lease between TTL and TTL + 0.5 s after
   its last renewal, and renewals happen every TTL/3);
-* **closed** gracefully (SIGTERM -> ``aclose()``): the LEADER key is deleted at once; target
+* **closed** gracefully (SIGTERM -> ``aclose()``; the old leader stamps the start of the close
+  and reports it once closed, so that no line wakes this process mid-hand-over): the LEADER
+  key is deleted at once; target
   **at most 3 ms p50** on loopback (Go's ``concurrency`` package: 2-3 ms).
 
 With the graceful mode the run also measures the **raw floor** of a hand-over: the same three
@@ -73,8 +75,11 @@ async def child(endpoint: str, cid: str, ttl: int) -> None:
         await latch.start()
         emit(ready=cid)
         await stop.wait()
-        emit(closing=cid, t=time.monotonic())
+        started = time.monotonic()
         await latch.aclose()
+        # Reported after the close: a line printed now would wake the parent (and its reader
+        # thread) in the middle of the hand-over it measures, on a machine of few cores.
+        emit(closing=cid, t=started)
 
 
 # --------------------------------------------------------------------------- parent
@@ -91,6 +96,7 @@ class Candidates:
         self.lines: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.leader: str | None = None
         self._next = 0
+        self._backlog: list[dict[str, Any]] = []  # lines read while waiting for another one
 
     def spawn(self) -> str:
         cid = f"cand-{self._next}"
@@ -110,12 +116,20 @@ class Candidates:
             self.loop.call_soon_threadsafe(self.lines.put_nowait, json.loads(line))
 
     async def next_line(self, key: str, exclude: str | None = None) -> dict[str, Any]:
+        """The next line that has ``key`` (with another value than ``exclude``), in the order
+        printed per child; lines of other kinds read meanwhile are kept for a later call (the
+        old leader's ``closing`` line comes after its successor's ``leader`` line)."""
+        for i, line in enumerate(self._backlog):
+            if key in line and line[key] != exclude:
+                return self._backlog.pop(i)
         while True:
             line = await asyncio.wait_for(self.lines.get(), 60)
             if "leader" in line:
                 self.leader = line["leader"]
             if key in line and line[key] != exclude:
                 return line
+            if "closing" in line or (key == "closing" and "leader" in line):
+                self._backlog.append(line)
 
     def stop_all(self) -> None:
         for proc in self.procs.values():
@@ -182,10 +196,11 @@ async def run(
                 if mode == "sigkill":
                     started = time.monotonic()
                     proc.send_signal(signal.SIGKILL)
+                    won = await cands.next_line("leader", exclude=old)
                 else:
                     proc.send_signal(signal.SIGTERM)
+                    won = await cands.next_line("leader", exclude=old)
                     started = (await cands.next_line("closing"))["t"]
-                won = await cands.next_line("leader", exclude=old)
                 failover = won["t"] - started
                 results[mode].append(failover)
                 print(

@@ -35,8 +35,9 @@ Guarantees:
   False, the ``take_leadership`` task is cancelled (unless ``cancel_on_loss=False``), the
   leadership listeners get ``False``, ``connection_state`` becomes ``LOST`` and the loss is
   recorded as a :class:`~etcd_recipes.errors.LeadershipLostError`; the term is never healed;
-* a campaign waits for the LEADER key's deletion with a watch anchored at the read that saw the
-  key (revision + 1), and re-checks after every watch recovery, so a hand-over is never missed;
+* a campaign waits for the LEADER key's deletion on one watch, opened from "now" after the
+  failed create (a read covers the revisions in between), tries again on every deletion it
+  reports, and re-checks after every watch recovery, so a hand-over is never missed;
 * cancelling a campaign (``run()``, ``await_leadership()``, ``async with``) withdraws the
   candidacy: no participant key and no LEADER key of this instance stays behind;
 * the observer drops no term silently: after a reconnect the missed changes are replayed

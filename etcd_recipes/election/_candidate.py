@@ -3,7 +3,8 @@ participation, campaigning, terms and step-down (private to the election family)
 
 A candidate joins with ``<path>/participants/<client_id>`` on a self-healing lease, then
 campaigns: it creates ``<path>/LEADER`` on a fresh term lease with ``If(version == 0)``, or waits
-for that key's deletion with a watch anchored at the read that saw it. A won term is a
+for that key's deletion on one watch per campaign (opened from "now", a read covering the gap
+since the failed create) and tries again from the watch loop on each deletion. A won term is a
 :class:`~etcd_recipes._core.hold.Hold` (``scope()`` cancels the body on a loss, ``release()``
 deletes the key and revokes the lease); the term lease is never healed.
 """
@@ -12,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
+
+import anyio
 
 from .._core.hold import Hold
 from .._core.keys import append_to_path, random_token
@@ -26,6 +29,7 @@ from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.txn import AnyOp, Cmp, Compare, Op
 from .._core.validate import check_ttl
 from .._core.waiting import abort_guard, wait_for_change
+from .._core.watch import Watch
 from ..errors import (
     DuplicateParticipantError,
     EtcdConnectionError,
@@ -34,10 +38,20 @@ from ..errors import (
     LeaseEventError,
     LeaseNotFoundError,
     RetriesExhaustedError,
+    WatchFailedError,
 )
-from ..events import ConnectionState, LeaseEvent, LeaseExpired, LeaseRestored, LeaseResumed
+from ..events import (
+    ConnectionState,
+    LeaseEvent,
+    LeaseExpired,
+    LeaseRestored,
+    LeaseResumed,
+    WatchFailed,
+    WatchResubscribed,
+    WatchResynced,
+)
 from ..resilience import RetryPolicy
-from ..types import TxnResult
+from ..types import TxnResult, WatchEvent
 from ._keys import is_delete, leader_key, participants_prefix
 from .terms import LeadershipTerm, Participant, get_participants
 
@@ -75,6 +89,7 @@ class _Candidate(Recipe):
             "leadership", current=lambda: self._announced
         )
         self._changed = asyncio.Event()
+        self._spent_watch: Watch | None = None  # the campaign's watch, until the win is out
 
     # ------------------------------------------------------------------ public surface
 
@@ -171,6 +186,10 @@ class _Candidate(Recipe):
         TTL for a leftover key with our client id to expire)."""
         if self._participation is not None:
             return
+        # The step-down path (Hold.release, the selector's scopes) uses anyio, whose first call
+        # in a process imports its asyncio backend (20-100 ms of CPU): pay it here, not in the
+        # middle of a hand-over.
+        anyio.CancelScope()
         key, cid = self._participant, self.client_id
 
         async def establish(lease_id: int) -> bool:
@@ -254,7 +273,7 @@ class _Candidate(Recipe):
                         await withdraw()
                         lease = None
                         lease = await self._client.lease(self.lease_ttl).grant()
-                    term = await self._attempt(lease)
+                    term = await self._contend(lease)
                 except (*TRANSIENT, LeaseNotFoundError) as exc:
                     failures += 1
                     self._record_exception(exc, "campaign")
@@ -268,27 +287,90 @@ class _Candidate(Recipe):
                     return term
                 failures = 0
 
-    async def _attempt(self, lease: AcquisitionLease) -> LeadershipTerm | None:
-        """One attempt: create LEADER on ``lease``, or wait until the LEADER key is deleted."""
+    async def _contend(self, lease: AcquisitionLease) -> LeadershipTerm | None:
+        """Create LEADER on ``lease``; while another term holds it, watch it and try again on
+        each of its deletions. ``None``: ``lease`` was lost meanwhile (or the watch ended).
+
+        One watch serves the whole wait, however many hand-overs this candidate loses: it is
+        opened from "now" (so etcd serves it live, never from its 100 ms catch-up loop for
+        watches that replay history), a read covers what fell between the failed claim and
+        the watch, and on a deletion the claim is sent from the watch loop at once -- the
+        watch is closed only after it has been answered.
+        """
+        term, seen = await self._claim(lease)
+        if term is not None:
+            return term
+        vacant = False  # what the resync hook's read found
+
+        async def resync() -> int:
+            nonlocal vacant
+            gone, revision = await self._leader_vacant()
+            vacant = vacant or gone
+            return revision + 1
+
+        watch = self._client.watch(self._leader, no_put=True, resync=resync)
+        await watch.start()
+        items = watch.items()
+        try:
+            # The watch covers every change after the revision its creation reported.
+            contend = watch.resume_revision - 1 > seen and (await self._leader_vacant())[0]
+            while True:
+                if contend:
+                    if lease.is_lost:
+                        return None
+                    term, _ = await self._claim(lease)
+                    if term is not None:
+                        self._spent_watch = watch  # closed once the win is announced
+                        return term
+                item = await anext(items, None)
+                if item is None:  # closed under us: the caller tries again (or fails)
+                    return None
+                if isinstance(item, WatchEvent):
+                    contend = is_delete(item)
+                    continue
+                self._on_recovery_event(item)
+                if isinstance(item, WatchResynced):
+                    contend, vacant = vacant, False
+                elif isinstance(item, WatchResubscribed):
+                    contend = (await self._leader_vacant())[0]
+                elif isinstance(item, WatchFailed):
+                    raise WatchFailedError(
+                        f"the watch on {item.key!r} failed while campaigning: {item.cause}"
+                    ) from item.cause
+                else:
+                    contend = False
+        finally:
+            if isinstance(items, AsyncGenerator):
+                await items.aclose()  # now, not from a finalizer task at garbage collection
+            if self._spent_watch is not watch:
+                await watch.aclose()
+
+    async def _leader_vacant(self) -> tuple[bool, int]:
+        """Whether no LEADER key exists, and the revision of the read."""
+        read = await self._client.range(self._leader, count_only=True)
+        return read.count == 0, read.revision
+
+    async def _claim(self, lease: AcquisitionLease) -> tuple[LeadershipTerm | None, int]:
+        """Create LEADER on ``lease`` if it does not exist: the won term (its loss monitor is
+        started by :meth:`_begin_term`), or ``None``; and the revision of the transaction."""
         value = f"{self.client_id}:{random_token()}"
         result = await self._client.txn(
             [Cmp.missing(self._leader)], [Op.put(self._leader, value, lease=lease.id)]
         )
-        if result.succeeded:
-            hold = Hold(
-                self._client,
-                self._leader,
-                lease,
-                result.revision,
-                LeadershipLostError,
-                self.exception_context,
-            )
-            hold.start_monitor(after_revision=result.revision)
-            return LeadershipTerm(hold, self.client_id, value, self._leader)
-        await self._wait_deleted(self._leader, result.revision)
-        return None
+        if not result.succeeded:
+            return None, result.revision
+        hold = Hold(
+            self._client,
+            self._leader,
+            lease,
+            result.revision,
+            LeadershipLostError,
+            self.exception_context,
+        )
+        return LeadershipTerm(hold, self.client_id, value, self._leader), result.revision
 
-    def _begin_term(self, term: LeadershipTerm) -> None:
+    async def _begin_term(self, term: LeadershipTerm) -> None:
+        """Start the won term (never suspends: the campaign's watch closes without waiting)."""
         self._term = term
         term._hold.add_listener(lambda cause: self._step_down(term))
         if self._state is ConnectionState.LOST:
@@ -301,7 +383,13 @@ class _Candidate(Recipe):
             term.fencing_token,
         )
         self._announce(True)
+        # After the announcement (the listeners are scheduled first): the monitor watches
+        # from the term's creation on, so nothing is missed by starting it now.
+        term._hold.start_monitor(after_revision=term.fencing_token)
         self._wake()
+        spent, self._spent_watch = self._spent_watch, None
+        if spent is not None:  # after the announcement: its cancel is queued behind it
+            await spent.aclose()
 
     def _step_down(self, term: LeadershipTerm) -> None:
         """Mark the term over and tell the listeners, once; a lost term is also recorded and

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from .._core.logctx import recipe_context
 from .._core.validate import check_timeout
 from .._core.waiting import abort_guard
 from ..errors import EtcdRecipeError, LeadershipLostError, UsageError
@@ -94,6 +95,38 @@ class LeaderLatch(_Candidate):
                     await self._changed.wait()
         return self.has_leadership
 
+    async def aclose(self) -> None:
+        """Step down and close: the LEADER key (when leading) is deleted first, then the
+        participant key and the leases go; nothing of this latch stays in etcd.
+
+        Idempotent; runs to completion even if the caller is being cancelled (shielded and
+        bounded), then re-raises the cancellation.
+
+        Example::
+
+            from etcd_recipes import LeaderLatch
+
+            latch = LeaderLatch(client, f"{prefix}/election")
+            await latch.start()
+            assert await latch.await_leadership(timeout=10)
+            await latch.aclose()  # the next candidate may win at once
+            assert not latch.has_leadership and latch.is_closed
+        """
+        term = self._term
+        if self._lifecycle != "closed" and term is not None and term.is_current:
+            # The hand-over goes first, before the shielded close task is even created: the
+            # next candidate waits on this delete. The release is cancellation-safe (a
+            # cancel waits for etcd's answer); the contest's own step-down and release then
+            # find the term over (both are idempotent).
+            self._step_down(term)
+            try:
+                with recipe_context(self.exception_context, self._log_fields):
+                    await term._hold.release()
+            finally:
+                await super().aclose()
+            return
+        await super().aclose()
+
     async def _do_start(self) -> None:
         await self._join()
         self._contest_task = self._spawn(self._contest(), "contest")
@@ -111,11 +144,14 @@ class LeaderLatch(_Candidate):
                 await asyncio.sleep(CAMPAIGN_BACKOFF.next_delay(failures, 0.0) or 1.0)
                 continue
             failures = 0
-            self._begin_term(term)
+            await self._begin_term(term)
             try:
                 with contextlib.suppress(LeadershipLostError):
                     async with term._hold.scope():
-                        await anyio.sleep_forever()
+                        # A bare future, not anyio.sleep_forever(): the campaign uses no anyio,
+                        # and anyio's first call in a process imports its backend (~0.1 s),
+                        # which would fall between the win and the leadership listeners.
+                        await asyncio.get_running_loop().create_future()
             finally:
                 self._step_down(term)
                 await term._hold.release()  # shielded and bounded

@@ -258,7 +258,7 @@ class LeaderSelector(_Candidate):
             await asyncio.sleep(0.05)
 
     async def _lead(self, term: LeadershipTerm) -> None:
-        self._begin_term(term)
+        await self._begin_term(term)
         try:
             if self.cancel_on_loss:
                 async with term._hold.scope():

@@ -90,6 +90,28 @@ class LeaderLatch(Recipe, twin_of=_async.LeaderLatch):
         """
         return self._rt.call(self._a.await_leadership, timeout)
 
+    def close(self) -> None:
+        """Step down and close: the LEADER key (when leading) is deleted first, then the
+        participant key and the leases go; nothing of this latch stays in etcd.
+
+        Idempotent; runs to completion even if the caller is being cancelled (shielded and
+        bounded), then re-raises the cancellation.
+
+        Example::
+
+            from etcd_recipes.sync import LeaderLatch
+
+            latch = LeaderLatch(client, f"{prefix}/election")
+            latch.start()
+            assert latch.await_leadership(timeout=10)
+            latch.close()  # the next candidate may win at once
+            assert not latch.has_leadership and latch.is_closed
+        """
+        try:
+            self._rt.call_closing(self._a.aclose)
+        finally:
+            self._release()
+
     @property
     def is_leader(self) -> bool:
         """Whether this instance leads right now (False at once when the term is lost)."""
