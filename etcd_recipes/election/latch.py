@@ -118,9 +118,9 @@ class LeaderLatch(_Candidate):
             # next candidate waits on this delete. The release is cancellation-safe (a
             # cancel waits for etcd's answer); the contest's own step-down and release then
             # find the term over (both are idempotent).
-            self._step_down(term)
             try:
                 with recipe_context(self.exception_context, self._log_fields):
+                    self._step_down(term)  # its "term ended" record carries the fields
                     await term._hold.release()
             finally:
                 await super().aclose()
