@@ -117,7 +117,10 @@ def map_grpc_error(exc: BaseException, *, op: str, endpoints: str) -> EtcdRecipe
     low = details.lower()
     where = f"{op} on [{endpoints}]"
     if code == "UNAVAILABLE":
-        if "handshake" in low or "tsi_" in low or "ssl" in low or "certificate" in low:
+        # Not gRPC's "tcp handshaker shutdown": the TCP connect itself was cut short (a slow
+        # connect under load, a member restarting) -- transient, and nothing to do with TLS.
+        handshake = "handshake" in low and "tcp handshaker" not in low
+        if handshake or "tsi_" in low or "ssl" in low or "certificate" in low:
             return TlsHandshakeError(
                 f"{where}: TLS handshake failed ({details}); check ca_cert, the client "
                 "certificate (mutual TLS) and that the server speaks TLS"
