@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -95,7 +96,7 @@ async def test_four_uvicorn_workers(etcd_server, etcd_prefix, tmp_path):
                 timeout=60,
                 what="4 workers campaigning",
             )
-            await _each_tick_once(client, etcd_prefix)
+            await _each_tick_once(client, etcd_prefix, tmp_path)
             await eventually(lambda: _terms(client, etcd_prefix), what="a leader writing")
             leader = int((await _terms(client, etcd_prefix))[-1].value)
 
@@ -151,8 +152,20 @@ async def _third_writing(client: EtcdClient, prefix: str, old: set[int]) -> bool
     return int(terms[-1].value) not in old
 
 
-async def _each_tick_once(client: EtcdClient, prefix: str) -> None:
-    """100 ticks of the 0.1 s schedule: each slot run by exactly one worker."""
+def _explained(slot: int, log: str) -> bool:
+    """Whether the workers' log says why ``slot`` did not run: every worker was late past it
+    (``skipped slots a..b (late)``) or its claim failed -- what the schedule does not
+    guarantee (see etcd_recipes.contrib.asgi)."""
+    for a, b in re.findall(r"skipped slots (\d+)\.\.(\d+) \(late\)", log):
+        if int(a) <= slot <= int(b):
+            return True
+    return f"could not claim slot {slot}" in log
+
+
+async def _each_tick_once(client: EtcdClient, prefix: str, tmp_path: Path) -> None:
+    """100 ticks of the 0.1 s schedule: each slot run by at most one worker, and every slot
+    run unless the workers' log says they were all late past it (a loaded CI box: the
+    contract does not promise those)."""
     first_slot = int(time.time() / 0.1) + 2
     await asyncio.sleep(0.1 * 104)
     runs = (await client.get_prefix(f"{prefix}runs/")).kvs
@@ -164,5 +177,8 @@ async def _each_tick_once(client: EtcdClient, prefix: str) -> None:
     twice = {s: p for s, p in by_slot.items() if len(p) > 1}
     missing = [s for s in window if s not in by_slot]
     assert not twice, f"slots run more than once: {twice}"
-    assert not missing, f"slots never run: {missing}"
+    log = (tmp_path / "uvicorn.log").read_text(errors="replace")
+    unexplained = [s for s in missing if not _explained(s, log)]
+    assert not unexplained, f"slots never run, and no worker said why: {unexplained}\n{log[-3000:]}"
+    assert len(missing) <= 10, f"too many slots skipped as late: {missing}"
     assert len({p for s in window for p in by_slot[s]}) > 1, "one worker ran every tick"
