@@ -26,8 +26,10 @@ async def test_mutex_contenders_in_line_order(etcd_client, etcd_prefix, rivals):
     holder, second, third = (DistributedMutex(c, path) for c in (etcd_client, *await rivals(2)))
     assert await holder.contenders() == [] and await holder.holders() == []
     await holder.acquire()
-    waiting = [asyncio.create_task(m.acquire()) for m in (second, third)]
-    await queued(etcd_client, path + "/", 3)
+    waiting = []
+    for n, m in enumerate((second, third), start=2):  # one at a time: their order is the test's
+        waiting.append(asyncio.create_task(m.acquire()))
+        await queued(etcd_client, path + "/", n)
     found = await third.contenders()
     assert [p.is_holder for p in found] == [True, False, False]
     first = found[0]
