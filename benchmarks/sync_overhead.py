@@ -11,7 +11,10 @@ on the client's loop thread (``call_soon_threadsafe``: one write to the loop's w
 and the loop thread releases the caller's pre-acquired lock when the coroutine has ended. The
 same run also times that pair of hand-offs alone (a bare loop thread, no task, no cancel
 scope: the *floor* of any design that keeps grpc.aio on its own loop thread) so the report
-separates what the two wake-ups cost on this machine from what the facade adds to them.
+separates what the two wake-ups cost on this machine from what the facade adds to them. The
+last row times the same ``Range`` through grpc's blocking stub called from the main thread:
+the cost of a plain unary call with no thread hand-off at all (the design the facade does not
+use; see ``benchmarks/README.md``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ import contextlib
 import statistics
 import threading
 import time
+
+import grpc
+from aetcd import rpc
 
 from etcd_recipes import connect as aconnect
 from etcd_recipes.sync import connect as sconnect
@@ -43,6 +49,21 @@ def sync_round(client: object, calls: int) -> tuple[float, float]:
     for _ in range(calls):
         get("/bench/k")
     return (time.perf_counter() - t0) / calls, (time.process_time() - c0) / calls
+
+
+def blocking_stub_round(endpoint: str, calls: int) -> float:
+    """Seconds per ``Range`` through grpc's *blocking* stub on a plain channel, called from
+    this thread: no event loop and no hand-off at all (what a facade built on grpc's sync
+    stubs instead of a loop thread would pay for a plain unary call, before any of the
+    client's own work: retries, deadlines, error mapping, metrics)."""
+    with grpc.insecure_channel(endpoint) as channel:
+        stub = rpc.KVStub(channel)
+        request = rpc.RangeRequest(key=b"/bench/k")
+        stub.Range(request)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            stub.Range(request)
+        return (time.perf_counter() - t0) / calls
 
 
 def bare_handoffs(loop: asyncio.AbstractEventLoop, calls: int) -> float:
@@ -73,11 +94,12 @@ def main() -> None:
         bare_thread.start()
         stack.callback(bare_thread.join)
         stack.callback(bare_loop.call_soon_threadsafe, bare_loop.stop)
-        asyncs, syncs, bares = [], [], []
+        asyncs, syncs, bares, stubs = [], [], [], []
         for _ in range(args.rounds):
             asyncs.append(asyncio.run(async_round(endpoint, args.calls)))
             syncs.append(sync_round(sync_client, args.calls))
             bares.append(bare_handoffs(bare_loop, args.calls))
+            stubs.append(blocking_stub_round(endpoint, args.calls))
         a, s = (statistics.median(x[0] for x in r) for r in (asyncs, syncs))
         ac, sc = (statistics.median(x[1] for x in r) for r in (asyncs, syncs))
         print(f"medians of {args.rounds} rounds x {args.calls} calls; wall time and process CPU")
@@ -92,6 +114,11 @@ def main() -> None:
         print(
             f"floor     : {bare * 1e6:7.1f} us for the two hand-offs alone; the facade adds "
             f"{(s - a - bare) * 1e6:.1f} us to them"
+        )
+        stub = statistics.median(stubs)
+        print(
+            f"no hop    : {stub * 1e6:7.1f} us/call for a bare blocking-stub Range from this "
+            f"thread ({(stub - a) * 1e6:+.1f} us against async get; no thread hand-off)"
         )
 
 
