@@ -278,6 +278,32 @@ async def test_txn_nested_with_get_results_and_multiple_ops(etcd_client, etcd_pr
     assert inner.responses[0].kvs[0].value == b"z"  # type: ignore[union-attr]
 
 
+async def test_txn_defaults_and_empty_parts_reach_etcd(etcd_server, etcd_prefix):
+    # Requests are filled in place with only the non-default fields set: a compare against 0,
+    # an empty nested transaction, a lease-less put and a namespaced "to the end" range must
+    # still arrive as written (an unset oneof would make etcd reject or misread them).
+    ns = etcd_prefix + "ns/"
+    async with connect(**etcd_server.client_kwargs(), namespace=ns) as client:
+        await client.put("a", b"1")
+        result = await client.txn(
+            [Cmp.version("missing") == 0, Cmp.lease("a") == 0, Cmp.value("a") != b""],
+            [
+                Op.txn([], [], []),
+                Op.put("b", b""),
+                Op.get("a", range_end="\0", keys_only=True),
+                Op.delete("zz", prefix=True),
+            ],
+        )
+        assert result.succeeded
+        empty, put, got, deleted = result.responses
+        assert isinstance(empty, TxnResult) and empty.succeeded and empty.responses == []
+        assert isinstance(put, PutResult)
+        assert isinstance(got, RangeResult) and [kv.key for kv in got] == [b"a", b"b"]
+        assert got.kvs[0].value == b""  # keys only
+        assert isinstance(deleted, DeleteResult) and deleted.deleted == 0
+        assert (await client.get("b")).value == b""
+
+
 async def test_txn_prefix_compare(etcd_client, etcd_prefix):
     p = etcd_prefix + "dir/"
     # No key under the prefix yet: every version is 0.
