@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +138,9 @@ async def wrong(client: EtcdClient, facade: blocking.EtcdClient) -> None:
 
 
 def test_mypy_rejects_a_value_of_the_wrong_type(tmp_path: Path) -> None:
-    snippet = tmp_path / "wrong_types.py"
+    # A module name of its own per run: mypy's incremental cache remembers a module's file by
+    # name, and a second run would otherwise read the first run's (deleted) temporary path.
+    snippet = tmp_path / f"wrong_types_{uuid.uuid4().hex}.py"
     snippet.write_text(REJECTED.lstrip("\n"), encoding="utf-8")
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
