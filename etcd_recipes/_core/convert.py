@@ -189,12 +189,16 @@ class Convert:
 
     def _fill_compare(self, out: Any, c: Compare) -> None:
         # Builders already validated their keys: only the namespace is added here.
-        k = out.key = self.namespace + c.key
+        self._fill_span(out, c.key, c.prefix, c.range_end)
         out.target = c.target
         out.result = c.result
         setattr(out, _CMP_OPERAND[c.target], c.operand)
-        if c.prefix or c.range_end:
-            out.range_end = self.end(k, c.prefix, c.range_end)
+
+    def _fill_span(self, out: Any, key: bytes, prefix: bool, range_end: bytes | str | None) -> None:
+        """Set ``out``'s ``key`` (namespaced) and, for a range, its ``range_end``."""
+        k = out.key = self.namespace + key
+        if prefix or range_end:
+            out.range_end = self.end(k, prefix, range_end)
 
     def _fill_op(self, out: Any, op: AnyOp) -> None:
         if isinstance(op, PutOp):
@@ -207,16 +211,12 @@ class Convert:
                 put.prev_kv = True
         elif isinstance(op, DeleteOp):
             delete = out.request_delete_range
-            k = delete.key = self.namespace + op.key
-            if op.prefix or op.range_end:
-                delete.range_end = self.end(k, op.prefix, op.range_end)
+            self._fill_span(delete, op.key, op.prefix, op.range_end)
             if op.prev_kv:
                 delete.prev_kv = True
         elif isinstance(op, GetOp):
             get = out.request_range
-            k = get.key = self.namespace + op.key
-            if op.prefix or op.range_end:
-                get.range_end = self.end(k, op.prefix, op.range_end)
+            self._fill_span(get, op.key, op.prefix, op.range_end)
             if op.limit:
                 get.limit = op.limit
             if op.sort_target:
