@@ -81,11 +81,8 @@ class Convert:
         """A protobuf ``KeyValue`` as a typed one, its key namespace-stripped."""
         # The fields are read once each, positionally: protobuf already gives bytes and ints
         # (this runs for every key of every read and event).
-        key = pb_kv.key
-        if self.namespace and key.startswith(self.namespace):
-            key = key[len(self.namespace) :]
         return KeyValue(
-            key,
+            self.strip(pb_kv.key),
             pb_kv.value,
             pb_kv.create_revision,
             pb_kv.mod_revision,
