@@ -35,17 +35,24 @@ import anyio
 from aetcd import rpc as pb
 
 from ._core import validate
+from ._core.blocking import BlockingRunner
 from ._core.connectivity import ChannelState, ConnectionStateCalls
 from ._core.convert import Convert, writes
 from ._core.convert import members as members_result
 from ._core.convert import status as status_result
 from ._core.endpoints import ChannelSpec, build_channel
 from ._core.keys import key_bytes
+from ._core.kv import KVPlans
 from ._core.lease import LeaseKeeper
 from ._core.lifecycle import close_lease_pools, misuse_error, verify, without_learners
 from ._core.logctx import library_logger
 from ._core.metering import meter_for
-from ._core.rpc import DEFAULT_MAX_REQUEST_BYTES, AuthManager, RpcRunner, request_too_large
+from ._core.rpc import (
+    DEFAULT_MAX_REQUEST_BYTES,
+    AuthManager,
+    RpcRunner,
+    request_too_large,
+)
 from ._core.rpc import UNSET as _UNSET
 from ._core.services import ServiceCalls
 from ._core.settings import resolve_settings
@@ -54,7 +61,6 @@ from ._core.validate import check_count, check_timeout
 from ._core.watch import ResyncHook, Watch
 from ._core.watch_hub import WatchHub
 from ._core.wire import Wire
-from .codecs import to_bytes
 from .errors import ClientClosedError
 from .resilience import ResilienceConfig, RpcResilience, WatchResilience
 from .types import (
@@ -78,7 +84,7 @@ CLOSE_FLUSH_TIMEOUT = 1.0
 """Seconds ``aclose()`` waits at most for the metrics sink to get the events queued so far."""
 
 
-class EtcdClient(ServiceCalls, ConnectionStateCalls):
+class EtcdClient(KVPlans, ServiceCalls, ConnectionStateCalls):
     """An async etcd v3 client. Create it with :func:`connect` and use it as ``async with``.
 
     Keys and values are ``str`` (UTF-8) or ``bytes``; results are small dataclasses from
@@ -115,6 +121,7 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         self._connect_timeout = connect_timeout
         self._auth = AuthManager(user, password or "") if user is not None else None
         self._runner = RpcRunner(resilience.rpc, resilience.metrics, self._auth, spec.description)
+        self._blocking = BlockingRunner(self._runner)  # the sync facade's plain KV calls
         self._channel: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pid = os.getpid()
@@ -195,6 +202,7 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
             with contextlib.suppress(Exception):
                 await old.close()
         self._conn.start(self._channel)
+        self._blocking.bind(voting or self._spec, self._loop)
         return self
 
     async def aclose(self) -> None:
@@ -206,6 +214,7 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         with anyio.CancelScope(shield=True):
             await close_lease_pools(self)  # before "closed": revoking needs the client
             self._state = "closed"
+            self._blocking.close()
             await self._conn.aclose()
             if self._watches is not None:
                 await self._watches.aclose()
@@ -283,7 +292,6 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
         )
 
     # ------------------------------------------------------------------ KV
-
     async def get(
         self,
         key: bytes | str,
@@ -300,9 +308,8 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
             await client.put(prefix + "/config/mode", "on")
             assert (await client.get(prefix + "/config/mode")).text == "on"
         """
-        req = self._range_request(key, revision=revision, serializable=serializable)
-        resp = await self._call("get", "Range", pb.KVStub, req, timeout=timeout)
-        return self._kv(resp.kvs[0]) if resp.kvs else None
+        u = self._unary_get(key, revision=revision, serializable=serializable, timeout=timeout)
+        return await self._send(u)
 
     async def range(
         self,
@@ -343,7 +350,7 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
             assert [kv.value for kv in early] == [b"1"]
             assert len(await client.range(prefix + "/q/", prefix=True, min_mod_revision=first)) == 2
         """
-        req = self._range_request(
+        u = self._unary_range(
             key,
             prefix=prefix,
             range_end=range_end,
@@ -356,19 +363,19 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
             serializable=serializable,
             max_create_revision=max_create_revision,
             min_mod_revision=min_mod_revision,
+            timeout=timeout,
         )
-        resp = await self._call("range", "Range", pb.KVStub, req, timeout=timeout)
-        return self._range_result(resp)
+        return await self._send(u)
 
     async def get_prefix(
         self, prefix: bytes | str, *, timeout: float | None = _UNSET, **kwargs: Any
     ) -> RangeResult:
         """Shorthand for ``range(prefix, prefix=True, ...)``."""
-        return await self.range(prefix, prefix=True, timeout=timeout, **kwargs)
+        return await self._send(self._unary_get_prefix(prefix, timeout=timeout, **kwargs))
 
     async def count(self, prefix: bytes | str, *, timeout: float | None = _UNSET) -> int:
         """How many keys start with ``prefix`` (one count-only RPC)."""
-        return (await self.get_prefix(prefix, count_only=True, timeout=timeout)).count
+        return await self._send(self._unary_count(prefix, timeout=timeout))
 
     async def put(
         self,
@@ -386,14 +393,8 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
             rev = (await client.put(prefix + "/k", "v")).revision
             assert (await client.get(prefix + "/k")).mod_revision == rev
         """
-        lease = validate.check_lease(lease)
-        k, v = self._k(key), to_bytes(value)
-        if len(k) + len(v) > self._max_request:  # the server would refuse it: do not send it
-            raise request_too_large("put", len(k) + len(v), self._max_request)
-        req = pb.PutRequest(key=k, value=v, lease=lease, prev_kv=prev_kv)
-        resp = await self._call("put", "Put", pb.KVStub, req, timeout=timeout)
-        prev = self._kv(resp.prev_kv) if resp.HasField("prev_kv") else None
-        return PutResult(revision=int(resp.header.revision), prev_kv=prev)
+        u = self._unary_put(key, value, lease=lease, prev_kv=prev_kv, timeout=timeout)
+        return await self._send(u)
 
     async def delete(
         self,
@@ -412,12 +413,10 @@ class EtcdClient(ServiceCalls, ConnectionStateCalls):
             await client.put(prefix + "/jobs/2", b"b")
             assert (await client.delete(prefix + "/jobs/", prefix=True)).deleted == 2
         """
-        k = self._k(key)
-        req = pb.DeleteRangeRequest(
-            key=k, range_end=self._conv.end(k, prefix, range_end), prev_kv=prev_kv
+        u = self._unary_delete(
+            key, prefix=prefix, range_end=range_end, prev_kv=prev_kv, timeout=timeout
         )
-        resp = await self._call("delete", "DeleteRange", pb.KVStub, req, timeout=timeout)
-        return self._conv.delete_result(resp)
+        return await self._send(u)
 
     # ------------------------------------------------------------------ transactions
 

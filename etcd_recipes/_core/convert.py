@@ -134,6 +134,20 @@ class Convert:
         kv = self.kv
         return RangeResult([kv(x) for x in resp.kvs], resp.count, resp.more, resp.header.revision)
 
+    def first_kv(self, resp: Any) -> KeyValue | None:
+        """The first key of a ``RangeResponse`` (``get()``'s result), ``None`` when empty."""
+        return self.kv(resp.kvs[0]) if resp.kvs else None
+
+    @staticmethod
+    def count(resp: Any) -> int:
+        """The ``count`` of a count-only ``RangeResponse``."""
+        return int(resp.count)
+
+    def put_result(self, resp: Any) -> PutResult:
+        """A ``PutResponse`` as a :class:`PutResult`."""
+        prev = self.kv(resp.prev_kv) if resp.HasField("prev_kv") else None
+        return PutResult(revision=int(resp.header.revision), prev_kv=prev)
+
     def delete_result(self, resp: Any) -> DeleteResult:
         """A ``DeleteRangeResponse`` as a :class:`DeleteResult`."""
         kv = self.kv

@@ -223,15 +223,17 @@ def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
 
-def build_channel(spec: ChannelSpec) -> Any:
-    """Create the ``grpc.aio`` channel on the running event loop."""
+def build_channel(spec: ChannelSpec, *, blocking: bool = False) -> Any:
+    """Create the ``grpc.aio`` channel on the running event loop, or (``blocking=True``) a
+    plain grpc channel with the same settings, for blocking stubs called from any thread."""
     target, name_override = spec._target()
     options = spec.options()
+    kind = _grpc if blocking else _grpc.aio
     if not spec.secure:
-        return _grpc.aio.insecure_channel(target, options=options)
+        return kind.insecure_channel(target, options=options)
     if name_override:
         options.append(("grpc.ssl_target_name_override", name_override))
     creds = _grpc.ssl_channel_credentials(
         root_certificates=spec.ca_cert, private_key=spec.key, certificate_chain=spec.cert
     )
-    return _grpc.aio.secure_channel(target, creds, options=options)
+    return kind.secure_channel(target, creds, options=options)

@@ -18,7 +18,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from types import EllipsisType
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import grpc
 from aetcd import rpc as pb
@@ -64,6 +64,8 @@ __all__ = [
     "is_auth_token_error",
     "is_retriable",
     "map_grpc_error",
+    "status_name",
+    "Unary",
 ]
 
 log = library_logger("etcd_recipes.rpc")
@@ -73,6 +75,39 @@ UNSET: Any = ...
 """The default of ``timeout=``: the client's per-attempt timeout (``None`` means unbounded)."""
 
 _RETRIABLE = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "INTERNAL"}
+
+
+class Unary(Generic[T]):
+    """One plain KV call described once for both ways of sending it: the async client awaits
+    it through :class:`RpcRunner`; the blocking facade sends it from the caller's own thread
+    through ``sender`` (:class:`~etcd_recipes._core.blocking.BlockingRunner`), with no hand-off
+    to the event-loop thread. ``convert`` turns the response into the public result."""
+
+    __slots__ = ("convert", "method", "op", "request", "sender", "timeout")
+
+    def __init__(
+        self,
+        op: str,
+        method: str,
+        request: Any,
+        convert: Callable[[Any], T],
+        timeout: float | EllipsisType | None,
+        sender: Any,
+    ) -> None:
+        self.op = op
+        self.method = method  # a method of aetcd's KVStub
+        self.request = request
+        self.convert = convert
+        self.timeout = timeout
+        self.sender = sender
+
+    def send_blocking(self, deadline: float | None) -> T:
+        """Send it from this thread and wait (``deadline``: a ``time.monotonic()`` bound)."""
+        result: T = self.convert(self.sender.call(self, deadline))
+        return result
+
+    def __repr__(self) -> str:
+        return f"<Unary {self.op} {self.method}>"
 
 
 def _code_name(exc: BaseException) -> str:
@@ -96,13 +131,14 @@ def _details(exc: BaseException) -> str:
 
 
 def is_retriable(exc: BaseException) -> bool:
-    """Whether a gRPC error is transient (UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL)."""
-    return isinstance(exc, grpc.aio.AioRpcError) and _code_name(exc) in _RETRIABLE
+    """Whether a gRPC error (of ``grpc.aio`` or of a blocking stub) is transient
+    (UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL)."""
+    return isinstance(exc, grpc.RpcError) and _code_name(exc) in _RETRIABLE
 
 
 def is_auth_token_error(exc: BaseException) -> bool:
     """Whether a gRPC error says the auth token is missing, invalid or expired."""
-    if not isinstance(exc, grpc.aio.AioRpcError):
+    if not isinstance(exc, grpc.RpcError):
         return False
     details = _details(exc).lower()
     return _code_name(exc) == "UNAUTHENTICATED" or "invalid auth token" in details
@@ -279,7 +315,7 @@ class AuthManager:
             self._generation += 1
 
 
-def _status_name(exc: grpc.aio.AioRpcError) -> str:
+def status_name(exc: grpc.RpcError) -> str:
     """The lower-case gRPC status name of a failed call (``"unavailable"``...)."""
     code = exc.code()
     name = getattr(code, "name", None)
@@ -317,7 +353,7 @@ class RpcRunner:
     ) -> None:
         self.resilience = resilience
         self.metrics = metrics
-        self._meter = meter_for(metrics)
+        self._meter = self.meter = meter_for(metrics)
         self.auth = auth
         self.endpoints = endpoints
 
@@ -389,7 +425,7 @@ class RpcRunner:
                     outcome = "ok"
                     return result
                 except grpc.aio.AioRpcError as exc:
-                    outcome = _status_name(exc)
+                    outcome = status_name(exc)
                     if self.auth is not None and not auth_retried and is_auth_token_error(exc):
                         auth_retried = True
                         attempt -= 1
@@ -401,21 +437,7 @@ class RpcRunner:
                                 auth_exc, op="authenticate", endpoints=self.endpoints
                             ) from None
                         continue
-                    mapped = map_grpc_error(exc, op=op, endpoints=self.endpoints)
-                    if not (retry and is_retriable(exc)):
-                        raise mapped from None
-                    delay = res.retry_policy.next_delay(attempt, time.monotonic() - start)
-                    if delay is None:
-                        if attempt == 1:
-                            raise mapped from None
-                        raise exhausted(op, attempt, mapped) from mapped
-                    log.debug(
-                        "%s attempt %d failed (%s); retrying in %.3fs",
-                        op,
-                        attempt,
-                        exc.code(),
-                        delay,
-                    )
+                    delay = self.retry_delay(exc, op, attempt, start, retry, res)
                     await asyncio.sleep(delay)
         except asyncio.CancelledError:
             outcome = "cancelled"
@@ -427,6 +449,30 @@ class RpcRunner:
         finally:
             # Queued for the sink's own thread: a slow or failing sink never delays this call.
             self._meter.emit("rpc_finished", op, time.monotonic() - start, attempt, outcome)
+
+    def retry_delay(
+        self,
+        exc: grpc.RpcError,
+        op: str,
+        attempt: int,
+        start: float,
+        retry: bool,
+        res: RpcResilience,
+    ) -> float:
+        """After failed attempt number ``attempt`` (the call started at ``start``): the seconds
+        to wait before the next one, or raise what the caller sees -- the mapped error, or
+        :func:`exhausted` once the policy gives up. The one decision the async funnel and the
+        blocking one (:mod:`~etcd_recipes._core.blocking`) share."""
+        mapped = map_grpc_error(exc, op=op, endpoints=self.endpoints)
+        if not (retry and is_retriable(exc)):
+            raise mapped from None
+        delay = res.retry_policy.next_delay(attempt, time.monotonic() - start)
+        if delay is None:
+            if attempt == 1:
+                raise mapped from None
+            raise exhausted(op, attempt, mapped) from mapped
+        log.debug("%s attempt %d failed (%s); retrying in %.3fs", op, attempt, exc.code(), delay)
+        return delay
 
     async def _detached_attempt(
         self, op: str, fn: Callable[..., Any], request: Any, per_attempt: float | None

@@ -2,7 +2,9 @@
 
 One :class:`Runtime` per sync client: a daemon thread running its own asyncio loop, on which
 the async client is created and lives (grpc.aio objects are bound to the loop that created
-them). Every blocking call submits a coroutine to that loop and waits:
+them). Every blocking call submits a coroutine to that loop and waits -- except the plain KV
+calls, which :meth:`Runtime.direct` sends from the calling thread (``_core/blocking.py``: no
+hand-off, the same guards, deadline and errors):
 
 * ``KeyboardInterrupt`` (or any exception raised in the waiting thread) cancels the coroutine
   through an anyio cancel scope, so shielded cleanup runs to completion; the caller waits for
@@ -75,7 +77,9 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import anyio
 
+from .._core.blocking import FAIL_AFTER_EXPIRED
 from .._core.caller import CALLER
+from .._core.rpc import Unary
 from .._core.waiting import CLEANUP_TIMEOUT
 from ..errors import ClientClosedError, EtcdTimeoutError, ForkedProcessError, UsageError
 from ._callbacks import Callbacks
@@ -113,6 +117,7 @@ bound of one cleanup step); waiting that long means the facade never walks away 
 the loop is still running. Shutdown uses the same bound per phase.
 """
 
+_running_loop = asyncio._get_running_loop  # None outside a loop, without raising
 _POLL = 0.25  # the waiting thread wakes this often (Ctrl-C is seen on every platform)
 _ids = itertools.count(1)
 _runtimes: weakref.WeakSet[Runtime] = weakref.WeakSet()
@@ -253,6 +258,17 @@ class Runtime:
             return fn(*args, **kwargs)
         return self._wait(call)  # type: ignore[no-any-return]
 
+    def direct(self, plan: Callable[P, Unary[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Send the plain KV call ``plan(*args, **kwargs)`` describes from the calling thread
+        (grpc's blocking stub; no hand-off to the loop): see ``_core/blocking.py``."""
+        if os.getpid() != self._pid or threading.get_ident() == self._loop_ident:
+            self._check_caller()  # raises the fork or deadlock error
+        if _running_loop() is not None:
+            refuse_running_loop()
+        if self._state != "running":
+            raise self._closed_error()
+        return plan(*args, **kwargs).send_blocking(current_deadline())
+
     def next(self, fn: Callable[[], Awaitable[T]]) -> T:
         """Await ``fn()`` (an ``__anext__``); ``StopAsyncIteration`` becomes ``StopIteration``."""
         try:
@@ -291,7 +307,7 @@ class Runtime:
             return ClientClosedError("the sync client was closed while this call was waiting")
         if call.reason == "interrupt":
             return None  # the waiting thread re-raises its own exception
-        return EtcdTimeoutError("the blocking call did not finish before its fail_after() deadline")
+        return EtcdTimeoutError(FAIL_AFTER_EXPIRED)
 
     def _wait(self, call: Call) -> Any:
         try:

@@ -140,8 +140,8 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
             client.put(prefix + "/config/mode", "on")
             assert (client.get(prefix + "/config/mode")).text == "on"
         """
-        return self._rt.call(
-            self._a.get, key, revision=revision, serializable=serializable, timeout=timeout
+        return self._rt.direct(
+            self._a._unary_get, key, revision=revision, serializable=serializable, timeout=timeout
         )
 
     def range(
@@ -183,8 +183,8 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
             assert [kv.value for kv in early] == [b"1"]
             assert len(client.range(prefix + "/q/", prefix=True, min_mod_revision=first)) == 2
         """
-        return self._rt.call(
-            self._a.range,
+        return self._rt.direct(
+            self._a._unary_range,
             key,
             prefix=prefix,
             range_end=range_end,
@@ -204,11 +204,11 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
         self, prefix: bytes | str, *, timeout: float | None = UNSET, **kwargs: Any
     ) -> RangeResult:
         """Shorthand for ``range(prefix, prefix=True, ...)``."""
-        return self._rt.call(self._a.get_prefix, prefix, timeout=timeout, **kwargs)
+        return self._rt.direct(self._a._unary_get_prefix, prefix, timeout=timeout, **kwargs)
 
     def count(self, prefix: bytes | str, *, timeout: float | None = UNSET) -> int:
         """How many keys start with ``prefix`` (one count-only RPC)."""
-        return self._rt.call(self._a.count, prefix, timeout=timeout)
+        return self._rt.direct(self._a._unary_count, prefix, timeout=timeout)
 
     def put(
         self,
@@ -226,7 +226,9 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
             rev = (client.put(prefix + "/k", "v")).revision
             assert (client.get(prefix + "/k")).mod_revision == rev
         """
-        return self._rt.call(self._a.put, key, value, lease=lease, prev_kv=prev_kv, timeout=timeout)
+        return self._rt.direct(
+            self._a._unary_put, key, value, lease=lease, prev_kv=prev_kv, timeout=timeout
+        )
 
     def delete(
         self,
@@ -245,8 +247,8 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
             client.put(prefix + "/jobs/2", b"b")
             assert (client.delete(prefix + "/jobs/", prefix=True)).deleted == 2
         """
-        return self._rt.call(
-            self._a.delete,
+        return self._rt.direct(
+            self._a._unary_delete,
             key,
             prefix=prefix,
             range_end=range_end,

@@ -25,12 +25,13 @@ def client(etcd_server: Any) -> Iterator[EtcdClient]:
 
 
 class Trace:
-    """Records which facade entry points ran and on which thread their target executed."""
+    """Records which facade entry points ran and on which thread their target executed (for
+    ``direct`` calls the target is the ``Unary`` plan, made in the calling thread)."""
 
     def __init__(self, client: EtcdClient, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: list[tuple[str, str, threading.Thread]] = []
         rt = client._rt
-        for kind in ("call", "call_closing", "call_sync", "next"):
+        for kind in ("call", "call_closing", "call_sync", "next", "direct"):
             monkeypatch.setattr(rt, kind, self._wrap(kind, getattr(rt, kind)))
 
     def _wrap(self, kind: str, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -39,7 +40,7 @@ class Trace:
         def traced(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
             name = getattr(fn, "__name__", repr(fn))
 
-            if kind == "call_sync":
+            if kind in ("call_sync", "direct"):
 
                 def target(*a: Any, **k: Any) -> Any:
                     calls.append((kind, name, threading.current_thread()))

@@ -41,7 +41,8 @@ CASES: dict[str, Case] = {}
 
 def case(name: str) -> Callable[[Case], Case]:
     """Register the check for ``EtcdClient.<name>``; it returns the async name expected to run
-    (default: the same name), or ``""`` when no loop call is expected."""
+    (default: the same name), ``_unary_<name>`` for a plain KV call sent from the calling thread
+    (``Runtime.direct``), or ``""`` when no loop call is expected."""
 
     def register(fn: Case) -> Case:
         CASES[name] = fn
@@ -89,7 +90,7 @@ def _get(c: EtcdClient, p: str, r: pytest.FixtureRequest) -> str:
     assert (kv.value, kv.mod_revision) == (b"v", rev)
     assert c.get(p + "missing") is None
     assert c.get(p + "k", revision=rev - 1) is None
-    return "get"
+    return "_unary_get"
 
 
 @case("range")
@@ -100,7 +101,7 @@ def _range(c: EtcdClient, p: str, r: pytest.FixtureRequest) -> str:
     assert [kv.value for kv in res.kvs] == [b"2", b"1", b"0"]
     assert c.range(p + "r/", prefix=True, limit=1).more is True
     assert c.range(p + "r/0", range_end=p + "r/2").count == 2
-    return "range"
+    return "_unary_range"
 
 
 @case("get_prefix")
@@ -111,7 +112,7 @@ def _get_prefix(c: EtcdClient, p: str, r: pytest.FixtureRequest) -> str:
         (p + "gp/a").encode(),
         (p + "gp/b").encode(),
     ]
-    return "get_prefix"
+    return "_unary_get_prefix"
 
 
 @case("count")
@@ -119,7 +120,7 @@ def _count(c: EtcdClient, p: str, r: pytest.FixtureRequest) -> str:
     c.put(p + "c/1", "x")
     c.put(p + "c/2", "x")
     assert c.count(p + "c/") == 2
-    return "count"
+    return "_unary_count"
 
 
 @case("put")
@@ -129,7 +130,7 @@ def _put(c: EtcdClient, p: str, r: pytest.FixtureRequest) -> str:
     assert second.revision > first.revision
     assert second.prev_kv is not None
     assert second.prev_kv.value == b"1"
-    return "put"
+    return "_unary_put"
 
 
 @case("delete")
@@ -139,7 +140,7 @@ def _delete(c: EtcdClient, p: str, r: pytest.FixtureRequest) -> str:
     res = c.delete(p + "d/", prefix=True, prev_kv=True)
     assert res.deleted == 2
     assert sorted(kv.value for kv in res.prev_kvs) == [b"x", b"y"]
-    return "delete"
+    return "_unary_delete"
 
 
 @case("txn")
@@ -168,7 +169,8 @@ def _compact(c: EtcdClient, p: str, r: pytest.FixtureRequest) -> str:
         with watch, pytest.raises(etcd_recipes.errors.CompactedError):
             next(watch)
         assert "compact" in spy.names()
-        assert spy.threads() == {other._rt.loop_thread}
+        assert spy.threads("compact") == {other._rt.loop_thread}
+        assert spy.threads("_unary_put") == {threading.current_thread()}
     return ""
 
 
@@ -479,12 +481,19 @@ def test_member_runs_through_the_facade(
     name: str, client: EtcdClient, trace: Trace, etcd_prefix: str, request: pytest.FixtureRequest
 ) -> None:
     expected = CASES[name](client, etcd_prefix, request)
-    if expected:
+    if expected.startswith("_unary_"):
+        # A plain KV call is sent from the calling thread: no call reaches the loop at all.
+        assert expected in trace.names()
+        assert {kind for kind, _, _ in trace.calls} == {"direct"}  # (the cases put with it)
+        assert trace.threads(expected) == {threading.current_thread()}
+        assert trace.threads() == {threading.current_thread()}
+    elif expected:
         assert expected in trace.names()
         # It ran on the client's loop thread, never in the test's thread.
         assert trace.threads(expected) == {client._rt.loop_thread}
         if name != "close":  # after close(), properties are read inline (the loop is gone)
-            assert trace.threads() == {client._rt.loop_thread}
+            hops = {thread for kind, _, thread in trace.calls if kind != "direct"}
+            assert hops == {client._rt.loop_thread}
 
 
 def test_signatures_match_the_async_client() -> None:

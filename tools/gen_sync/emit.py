@@ -382,7 +382,13 @@ class Writer:
         if is_async and result.kind in ("iter", "cm"):
             raise GenError(f"{ctx.path}: async {m.name} returning {ann}")
         method = "self._rt.call" if is_async else "self._rt.call_sync"
-        return lines + self.forward(result, method, [f"self._a.{m.name}", *args], "self", 2, x)
+        target = f"self._a.{m.name}"
+        if self.plan.usage.direct(plan.ctx.name, plan.name, m.name):
+            if not is_async:
+                raise GenError(f"{ctx.path}: {plan.name}.{m.name} is DIRECT but not async")
+            # mypy --strict checks that the async class has it, with these arguments
+            method, target = "self._rt.direct", f"self._a._unary_{m.name}"
+        return lines + self.forward(result, method, [target, *args], "self", 2, x)
 
     def property_text(self, m: Member) -> Lines:
         ctx, fn = m.ctx, m.node

@@ -1,6 +1,6 @@
 """The generator's tables. Every entry of :data:`RENAMES`, :data:`DOC_REWRITES`,
-:data:`OPAQUE` and :data:`PURE` must be used in a run (:class:`Usage` counts them), else the
-run fails naming it.
+:data:`OPAQUE`, :data:`PURE` and :data:`DIRECT` must be used in a run (:class:`Usage` counts
+them), else the run fails naming it.
 """
 
 from __future__ import annotations
@@ -70,6 +70,14 @@ PURE = {
 function is passed as it is and called inline on the loop thread, like the async recipe calls
 it -- not a listener run later on the listener thread, whose result would be lost."""
 
+DIRECT = {
+    ("etcd_recipes.client", "EtcdClient", name)
+    for name in ("get", "range", "get_prefix", "count", "put", "delete")
+}
+"""Methods whose twin sends the call from the caller's thread (``Runtime.direct``, no hand-off
+to the loop): plain KV calls the async class describes in ``_unary_<name>``, a method with the
+same arguments returning a ``Unary`` (``etcd_recipes/_core/blocking.py``)."""
+
 PACKAGE_DOC = (Path(__file__).parent / "sync_package_doc.txt").read_text(encoding="utf-8").strip()
 """The docstring of the generated ``etcd_recipes/sync/__init__.py`` (user documentation)."""
 
@@ -100,8 +108,15 @@ class Usage:
             return True
         return False
 
+    def direct(self, module: str, cls: str, name: str) -> bool:
+        if (module, cls, name) in DIRECT:
+            self.used.add(f"direct method {module}.{cls}.{name}")
+            return True
+        return False
+
     def unused(self) -> list[str]:
         every = [f"rename {n!r}" for n in RENAMES] + [f"doc rewrite {o!r}" for o, _ in DOC_REWRITES]
         every += [f"opaque type {m}.{n}" for m, n in OPAQUE]
         every += [f"pure callable {m}.{n}" for m, n in PURE]
+        every += [f"direct method {m}.{c}.{n}" for m, c, n in DIRECT]
         return [e for e in every if e not in self.used]
