@@ -37,7 +37,7 @@ from aetcd import rpc as pb
 from ._core import validate
 from ._core.blocking import BlockingRunner
 from ._core.connectivity import ChannelState, ConnectionStateCalls
-from ._core.convert import Convert, writes
+from ._core.convert import Convert
 from ._core.convert import members as members_result
 from ._core.convert import status as status_result
 from ._core.endpoints import ChannelSpec, build_channel
@@ -51,7 +51,6 @@ from ._core.rpc import (
     DEFAULT_MAX_REQUEST_BYTES,
     AuthManager,
     RpcRunner,
-    request_too_large,
 )
 from ._core.rpc import UNSET as _UNSET
 from ._core.services import ServiceCalls
@@ -309,7 +308,7 @@ class EtcdClient(KVPlans, ServiceCalls, ConnectionStateCalls):
             assert (await client.get(prefix + "/config/mode")).text == "on"
         """
         u = self._unary_get(key, revision=revision, serializable=serializable, timeout=timeout)
-        return await self._send(u)
+        return await u.send()
 
     async def range(
         self,
@@ -365,17 +364,17 @@ class EtcdClient(KVPlans, ServiceCalls, ConnectionStateCalls):
             min_mod_revision=min_mod_revision,
             timeout=timeout,
         )
-        return await self._send(u)
+        return await u.send()
 
     async def get_prefix(
         self, prefix: bytes | str, *, timeout: float | None = _UNSET, **kwargs: Any
     ) -> RangeResult:
         """Shorthand for ``range(prefix, prefix=True, ...)``."""
-        return await self._send(self._unary_get_prefix(prefix, timeout=timeout, **kwargs))
+        return await self._unary_get_prefix(prefix, timeout=timeout, **kwargs).send()
 
     async def count(self, prefix: bytes | str, *, timeout: float | None = _UNSET) -> int:
         """How many keys start with ``prefix`` (one count-only RPC)."""
-        return await self._send(self._unary_count(prefix, timeout=timeout))
+        return await self._unary_count(prefix, timeout=timeout).send()
 
     async def put(
         self,
@@ -394,7 +393,7 @@ class EtcdClient(KVPlans, ServiceCalls, ConnectionStateCalls):
             assert (await client.get(prefix + "/k")).mod_revision == rev
         """
         u = self._unary_put(key, value, lease=lease, prev_kv=prev_kv, timeout=timeout)
-        return await self._send(u)
+        return await u.send()
 
     async def delete(
         self,
@@ -416,7 +415,7 @@ class EtcdClient(KVPlans, ServiceCalls, ConnectionStateCalls):
         u = self._unary_delete(
             key, prefix=prefix, range_end=range_end, prev_kv=prev_kv, timeout=timeout
         )
-        return await self._send(u)
+        return await u.send()
 
     # ------------------------------------------------------------------ transactions
 
@@ -442,17 +441,7 @@ class EtcdClient(KVPlans, ServiceCalls, ConnectionStateCalls):
             r = await client.txn([Cmp.missing(key)], [Op.put(key, b"you")], [Op.get(key)])
             assert not r.succeeded and r.responses[0].kvs[0].value == b"me"
         """
-        req = self._conv.txn_pb(compare, success, failure)
-        if (size := req.ByteSize()) > self._max_request:
-            raise request_too_large("txn", size, self._max_request)
-        # etcd 3.5.0-3.5.2 panic when a *read-only* transaction is cancelled server-side:
-        # those are never cancelled there (see RpcRunner.call). Writes are applied through
-        # raft without the request's context, so they keep the normal, cancellable path.
-        detached = not writes(success) and not writes(failure)
-        resp = await self._call(
-            "txn", "Txn", pb.KVStub, req, retry=False, timeout=timeout, detached=detached
-        )
-        return self._conv.txn_result(resp)
+        return await self._unary_txn(compare, success, failure, timeout=timeout).send()
 
     async def compact(
         self, revision: int, *, physical: bool = False, timeout: float | None = _UNSET

@@ -3,11 +3,12 @@
 A call through :mod:`etcd_recipes.sync` normally runs as a coroutine on the client's event-loop
 thread: two thread hand-offs (the caller wakes the loop, the loop wakes the caller), plus the
 one inside grpc.aio (its completion thread wakes the loop). For the plain KV calls -- ``get``,
-``range``, ``get_prefix``, ``count``, ``put``, ``delete``, each described once as a
-:class:`~etcd_recipes._core.rpc.Unary` by the async client -- that is all overhead: nothing
-of them needs the loop. :class:`BlockingRunner` sends them through grpc's *blocking* stubs on
-a second, plain channel of the same client (same endpoints, TLS, keepalive and load-balancing
-options; opened at the first such call), from the calling thread: no hand-off at all.
+``range``, ``get_prefix``, ``count``, ``put``, ``delete``, ``txn``, ``get_value``,
+``put_value``, each described once as a :class:`~etcd_recipes._core.rpc.Unary` by the async
+client (``_core/kv.py``) -- that is all overhead: nothing of them needs the loop.
+:class:`BlockingRunner` sends them through grpc's *blocking* stubs on a second, plain channel
+of the same client (same endpoints, TLS, keepalive and load-balancing options; opened at the
+first such call), from the calling thread: no hand-off at all.
 
 What it keeps from :class:`~etcd_recipes._core.rpc.RpcRunner`, the async funnel: the
 per-attempt timeout, the retry decision (shared: :meth:`RpcRunner.retry_delay`), the error
@@ -21,8 +22,10 @@ signals while it waits; the RPC is cancelled), and a client closed meanwhile rai
 
 Not guaranteed: the connection-state listeners follow the loop's channel only; an interrupted
 or timed-out ``put``/``delete`` may still have been applied (as for an async caller cancelled
-mid-call). Transactions never come here: a read-only one must not be cancelled server-side
-(etcd 3.5.0-3.5.2 crash), which a blocking caller's deadline or Ctrl-C would do.
+mid-call). Read-only transactions never come here (``Unary.detached``): they must not be
+cancelled server-side (etcd 3.5.0-3.5.2 crash), which a blocking caller's deadline or Ctrl-C
+would do, so the facade awaits them on the loop, where a cancelled caller leaves the call to
+finish alone. Transactions are never retried, here as there (a commit may have landed).
 
 Example::
 
@@ -41,7 +44,6 @@ import time
 from typing import Any
 
 import grpc
-from aetcd import rpc as pb
 
 from ..errors import ClientClosedError, EtcdTimeoutError
 from .endpoints import ChannelSpec, build_channel
@@ -69,7 +71,7 @@ class BlockingRunner:
         self._spec: ChannelSpec | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._channel: Any = None
-        self._stub: Any = None
+        self._stubs: dict[Any, Any] = {}  # one per stub class, for the channel's lifetime
         self._closed = False
 
     def bind(self, spec: ChannelSpec, loop: asyncio.AbstractEventLoop) -> None:
@@ -81,7 +83,7 @@ class BlockingRunner:
         """Close the channel (calls in flight fail with ``ClientClosedError``); idempotent."""
         with self._lock:
             self._closed = True
-            channel, self._channel, self._stub = self._channel, None, None
+            channel, self._channel, self._stubs = self._channel, None, {}
         if channel is not None:
             channel.close()
 
@@ -89,20 +91,22 @@ class BlockingRunner:
         state = "closed" if self._closed else "open" if self._channel is not None else "idle"
         return f"<BlockingRunner {state} [{self._runner.endpoints}]>"
 
-    def _kv_stub(self) -> Any:
-        stub = self._stub
+    def _stub(self, stub_class: Any) -> Any:
+        stub = self._stubs.get(stub_class)
         if stub is not None:
             return stub
         with self._lock:
             if self._closed or self._spec is None:
                 raise _closed()
-            if self._stub is None:
+            if self._channel is None:
                 self._channel = build_channel(self._spec, blocking=True)
-                self._stub = pb.KVStub(self._channel)
-            return self._stub
+            stub = self._stubs[stub_class] = stub_class(self._channel)
+            return stub
 
     def call(self, unary: Unary[Any], deadline: float | None) -> Any:
         """The response of ``unary``, sent under the client's retry policy (see module doc)."""
+        if unary.detached:
+            raise ValueError(f"{unary!r} must not be cancelled server-side: await it on the loop")
         runner = self._runner
         res = runner.resilience
         timeout = unary.timeout
@@ -113,7 +117,7 @@ class BlockingRunner:
         auth_retried = False
         outcome = "unknown"
         try:
-            fn = getattr(self._kv_stub(), unary.method)
+            fn = getattr(self._stub(unary.stub), unary.method)
             while True:
                 attempt += 1
                 limit, cut = per_attempt, False
@@ -139,7 +143,7 @@ class BlockingRunner:
                         attempt -= 1
                         self._refresh(generation)
                         continue
-                    delay = runner.retry_delay(exc, unary.op, attempt, start, True, res)
+                    delay = runner.retry_delay(exc, unary.op, attempt, start, unary.retry, res)
                     if deadline is not None and time.monotonic() + delay >= deadline:
                         time.sleep(max(0.0, deadline - time.monotonic()))  # then time is up
                     else:

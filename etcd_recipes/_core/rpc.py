@@ -78,36 +78,70 @@ _RETRIABLE = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "INTERNAL"}
 
 
 class Unary(Generic[T]):
-    """One plain KV call described once for both ways of sending it: the async client awaits
-    it through :class:`RpcRunner`; the blocking facade sends it from the caller's own thread
-    through ``sender`` (:class:`~etcd_recipes._core.blocking.BlockingRunner`), with no hand-off
-    to the event-loop thread. ``convert`` turns the response into the public result."""
+    """One unary call described once for both ways of sending it: awaited through the client's
+    funnel (:class:`RpcRunner`: :meth:`send`), or sent from a blocking facade caller's own
+    thread (:meth:`send_blocking`: :class:`~etcd_recipes._core.blocking.BlockingRunner`, no
+    hand-off to the event-loop thread). ``convert`` turns the response into the public result;
+    ``retry``/``detached`` are :meth:`RpcRunner.call`'s. A ``detached`` call (a read-only
+    transaction, which must never be cancelled server-side) is never sent blocking."""
 
-    __slots__ = ("convert", "method", "op", "request", "sender", "timeout")
+    __slots__ = (
+        "client",
+        "convert",
+        "detached",
+        "method",
+        "op",
+        "request",
+        "retry",
+        "stub",
+        "timeout",
+    )
 
     def __init__(
         self,
+        client: Any,
         op: str,
+        stub: Any,
         method: str,
         request: Any,
         convert: Callable[[Any], T],
         timeout: float | EllipsisType | None,
-        sender: Any,
+        *,
+        retry: bool = True,
+        detached: bool = False,
     ) -> None:
+        self.client = client  # the EtcdClient it belongs to
         self.op = op
-        self.method = method  # a method of aetcd's KVStub
+        self.stub = stub  # an aetcd stub class; ``method`` is one of its methods
+        self.method = method
         self.request = request
         self.convert = convert
         self.timeout = timeout
-        self.sender = sender
+        self.retry = retry
+        self.detached = detached
+
+    async def send(self) -> T:
+        """Await it through the client's funnel (retries, error mapping, metrics)."""
+        client = self.client
+        resp = await client._call(
+            self.op,
+            self.method,
+            self.stub,
+            self.request,
+            retry=self.retry,
+            timeout=self.timeout,
+            detached=self.detached,
+        )
+        result: T = self.convert(resp)
+        return result
 
     def send_blocking(self, deadline: float | None) -> T:
         """Send it from this thread and wait (``deadline``: a ``time.monotonic()`` bound)."""
-        result: T = self.convert(self.sender.call(self, deadline))
+        result: T = self.convert(self.client._blocking.call(self, deadline))
         return result
 
     def __repr__(self) -> str:
-        return f"<Unary {self.op} {self.method}>"
+        return f"<Unary {self.op} {self.method}{' detached' if self.detached else ''}>"
 
 
 def _code_name(exc: BaseException) -> str:

@@ -428,8 +428,7 @@ class ServiceCalls:
             await client.put_value(prefix + "/counters/x", 41, INT64)
             assert await client.get_value(prefix + "/counters/x", INT64) == 41
         """
-        kv = await self._me().get(key)
-        return default if kv is None else codec.decode(kv.value)
+        return await self._me()._unary_get_value(key, codec, default=default).send()
 
     async def put_value(
         self, key: bytes | str, value: T, codec: Codec[T], *, lease: int = 0
@@ -444,7 +443,7 @@ class ServiceCalls:
             await client.put_value(prefix + "/config", {"mode": "on"}, JSON)
             assert await client.get_value(prefix + "/config", JSON) == {"mode": "on"}
         """
-        return await self._me().put(key, codec.encode(value), lease=lease)
+        return await self._me()._unary_put_value(key, value, codec, lease=lease).send()
 
     # ------------------------------------------------------------------ leases
 

@@ -18,7 +18,11 @@ Example::
             client.put(f"{prefix}/presence/me", b"1", lease=lease.id)
 
 How it works: each client owns one private thread running an asyncio loop, on which the async
-client is created and lives. A blocking call submits the coroutine to that loop and waits.
+client is created and lives. A blocking call submits the coroutine to that loop and waits;
+the plain key-value calls (``get``, ``put``, ``delete``, ``range``, ``get_prefix``, ``count``,
+``get_value``, ``put_value``, and a ``txn`` that writes) are sent from your thread instead,
+through grpc's blocking stub (no thread hand-off), with the same checks, retries, errors,
+metrics and :func:`fail_after` deadline.
 Closing the client (or leaving its ``with`` block) stops the thread; a client that is never
 closed is closed when it is garbage-collected or at interpreter exit.
 
@@ -34,7 +38,8 @@ ends (``is_lost`` and listeners tell you earlier).
 Callbacks: listeners run on one listener thread per client (in order, never on the loop), so
 a slow listener cannot stall the recipes. Hooks that the async API awaits (``establish``,
 ``resync``) are plain functions here; they run in worker threads and may call the facade.
-(A metrics sink in the resilience settings is called on the loop thread: keep it quick.)
+(A metrics sink in the resilience settings is called on the loop thread, or on yours for the
+plain key-value calls: keep it quick.)
 
 Objects come from the facade (``connect()``, ``client.watch()``, ``client.lease()``) or, for
 recipes, from their constructors (``DistributedBarrier(client, "/gate")``). Values, events,

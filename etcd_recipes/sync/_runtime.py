@@ -260,14 +260,18 @@ class Runtime:
 
     def direct(self, plan: Callable[P, Unary[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Send the plain KV call ``plan(*args, **kwargs)`` describes from the calling thread
-        (grpc's blocking stub; no hand-off to the loop): see ``_core/blocking.py``."""
+        (grpc's blocking stub; no hand-off to the loop): see ``_core/blocking.py``. A
+        ``detached`` one (a read-only transaction) is awaited on the loop like :meth:`call`."""
         if os.getpid() != self._pid or threading.get_ident() == self._loop_ident:
             self._check_caller()  # raises the fork or deadlock error
         if _running_loop() is not None:
             refuse_running_loop()
         if self._state != "running":
             raise self._closed_error()
-        return plan(*args, **kwargs).send_blocking(current_deadline())
+        unary = plan(*args, **kwargs)  # checks the arguments, builds the request: here
+        if unary.detached:  # a read-only transaction: never cancelled server-side
+            return self.call(unary.send)
+        return unary.send_blocking(current_deadline())
 
     def next(self, fn: Callable[[], Awaitable[T]]) -> T:
         """Await ``fn()`` (an ``__anext__``); ``StopAsyncIteration`` becomes ``StopIteration``."""

@@ -278,7 +278,7 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
             r = client.txn([Cmp.missing(key)], [Op.put(key, b"you")], [Op.get(key)])
             assert not r.succeeded and r.responses[0].kvs[0].value == b"me"
         """
-        return self._rt.call(self._a.txn, compare, success, failure, timeout=timeout)
+        return self._rt.direct(self._a._unary_txn, compare, success, failure, timeout=timeout)
 
     def compact(
         self, revision: int, *, physical: bool = False, timeout: float | None = UNSET
@@ -521,7 +521,7 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
             client.put_value(prefix + "/counters/x", 41, INT64)
             assert client.get_value(prefix + "/counters/x", INT64) == 41
         """
-        return self._rt.call(self._a.get_value, key, codec, default=default)
+        return self._rt.direct(self._a._unary_get_value, key, codec, default=default)
 
     def put_value(
         self, key: bytes | str, value: T, codec: Codec[T], *, lease: int = 0
@@ -536,7 +536,7 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
             client.put_value(prefix + "/config", {"mode": "on"}, JSON)
             assert client.get_value(prefix + "/config", JSON) == {"mode": "on"}
         """
-        return self._rt.call(self._a.put_value, key, value, codec, lease=lease)
+        return self._rt.direct(self._a._unary_put_value, key, value, codec, lease=lease)
 
     def lease_grant(self, ttl: float, *, timeout: float | None = UNSET) -> LeaseGrant:
         """Grant a lease of ``ttl`` whole seconds (the server may grant more).

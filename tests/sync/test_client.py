@@ -153,7 +153,7 @@ def _txn(c: EtcdClient, p: str, r: pytest.FixtureRequest) -> str:
     read = lost.responses[0]
     assert isinstance(read, RangeResult)
     assert read.kvs[0].value == b"me"
-    return "txn"
+    return "_unary_txn"
 
 
 @case("compact")
@@ -179,7 +179,7 @@ def _get_value(c: EtcdClient, p: str, r: pytest.FixtureRequest) -> str:
     c.put(p + "json", b'{"a": 1}')
     assert c.get_value(p + "json", JSON) == {"a": 1}
     assert c.get_value(p + "nope", JSON, default=7) == 7
-    return "get_value"
+    return "_unary_get_value"
 
 
 @case("put_value")
@@ -188,7 +188,7 @@ def _put_value(c: EtcdClient, p: str, r: pytest.FixtureRequest) -> str:
     kv = c.get(p + "json")
     assert kv is not None
     assert JSON.decode(kv.value) == {"b": [1, 2]}
-    return "put_value"
+    return "_unary_put_value"
 
 
 @case("status")

@@ -1,6 +1,7 @@
-"""The facade's plain KV calls are sent from the caller's thread (``Runtime.direct``): no hand-off
-to the loop, yet the same results, errors, deadlines, retries, auth, TLS and metrics as the
-calls that run on the loop (real etcd)."""
+"""The facade's plain KV calls (``get``, ``put``, ``delete``, ``range``, ``get_prefix``,
+``count``, a ``txn`` that writes, ``get_value``, ``put_value``) are sent from the caller's
+thread (``Runtime.direct``): no hand-off to the loop, yet the same results, errors, deadlines,
+retries, auth, TLS and metrics as the calls that run on the loop (real etcd)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 
 from etcd_recipes import EtcdMetrics
 from etcd_recipes.sync import (
+    JSON,
     ClientClosedError,
     Cmp,
     EtcdClient,
@@ -91,10 +93,20 @@ def test_plain_kv_calls_make_no_hand_off(
 ) -> None:
     hops = Hops(client, monkeypatch)
     _every_plain_call(client, etcd_prefix)
+    key = etcd_prefix + "t"
+    assert client.txn([Cmp.missing(key)], [Op.put(key, "x")]).succeeded
+    assert not client.txn([Cmp.missing(key)], [Op.put(key, "y")], [Op.delete(key)]).succeeded
+    client.put_value(key, {"n": 1}, JSON)
+    assert client.get_value(key, JSON) == {"n": 1}
+    assert client.get_value(key + "/missing", JSON, default=0) == 0
     assert hops.count == 0
-    # The counter does count: a transaction (not a plain call) still runs on the loop.
-    assert client.txn([Cmp.missing(etcd_prefix + "t")], [Op.put(etcd_prefix + "t", "x")])
+    # The counter does count: a read-only transaction is never sent from here (it must not be
+    # cancelled server-side), nor is anything but a plain KV call.
+    read = client.txn([Cmp.missing(key)], [], [Op.get(key)])
+    assert JSON.decode(read.responses[0].kvs[0].value) == {"n": 1}  # type: ignore[union-attr]
     assert hops.count == 1
+    client.lease_grant(5)
+    assert hops.count == 2
 
 
 def test_results_errors_and_namespace_match_the_loop(etcd_server: Any, etcd_prefix: str) -> None:
@@ -134,7 +146,10 @@ def test_retries_and_their_exhaustion_are_the_loop_funnel_s(paused: EtcdServer) 
     rpc = RpcResilience(retry_policy=RetryPolicy.bounded(3, delay=0.05), operation_timeout=0.2)
     sink = RpcSink()
     config = ResilienceConfig(rpc=rpc, metrics=sink)
-    with connect(**paused.client_kwargs(), resilience=config) as c:
+    # No keepalive ping within the test: every attempt ends at its own deadline (a ping timeout
+    # would end one as UNAVAILABLE instead, depending on when the ping went out).
+    kwargs = paused.client_kwargs() | {"keepalive_time": 60.0, "keepalive_timeout": 30.0}
+    with connect(**kwargs, resilience=config) as c:
         c.put("/k", "v")
         paused.pause()
         with pytest.raises(TimeoutRetriesExhaustedError) as direct:
@@ -144,11 +159,16 @@ def test_retries_and_their_exhaustion_are_the_loop_funnel_s(paused: EtcdServer) 
         attempts = direct.value.attempts
         assert attempts == looped.value.attempts == 4  # bounded(3): three retries
         assert str(direct.value).split(":")[0] == str(looped.value).split(":")[0]
+        # A transaction is never retried (a commit may have landed), here as on the loop.
+        with pytest.raises(EtcdTimeoutError) as txn:
+            c.txn([], [Op.put("/k", "w")])
+        assert not isinstance(txn.value, TimeoutRetriesExhaustedError)
         paused.resume()
-        assert c.get("/k").value == b"v"  # type: ignore[union-attr]
+        assert c.get("/k").value in (b"v", b"w")  # type: ignore[union-attr]
     assert [(op, attempts, outcome) for op, attempts, outcome, _ in sink.events][1:] == [
         ("get", 4, "deadline_exceeded"),
         ("get", 4, "deadline_exceeded"),
+        ("txn", 1, "deadline_exceeded"),
         ("get", 1, "ok"),
     ]
 

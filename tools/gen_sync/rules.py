@@ -70,13 +70,13 @@ PURE = {
 function is passed as it is and called inline on the loop thread, like the async recipe calls
 it -- not a listener run later on the listener thread, whose result would be lost."""
 
-DIRECT = {
-    ("etcd_recipes.client", "EtcdClient", name)
-    for name in ("get", "range", "get_prefix", "count", "put", "delete")
-}
+_DIRECT_KV = ("get", "range", "get_prefix", "count", "put", "delete", "txn")
+DIRECT = {("etcd_recipes.client", "EtcdClient", name) for name in _DIRECT_KV}
+DIRECT |= {("etcd_recipes.client", "EtcdClient", name) for name in ("get_value", "put_value")}
 """Methods whose twin sends the call from the caller's thread (``Runtime.direct``, no hand-off
 to the loop): plain KV calls the async class describes in ``_unary_<name>``, a method with the
-same arguments returning a ``Unary`` (``etcd_recipes/_core/blocking.py``)."""
+same arguments returning a ``Unary`` (``etcd_recipes/_core/kv.py``, ``_core/blocking.py``); a
+read-only ``txn`` still runs on the loop (``Unary.detached``)."""
 
 PACKAGE_DOC = (Path(__file__).parent / "sync_package_doc.txt").read_text(encoding="utf-8").strip()
 """The docstring of the generated ``etcd_recipes/sync/__init__.py`` (user documentation)."""
