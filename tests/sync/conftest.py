@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -76,3 +77,26 @@ def trace(client: EtcdClient, monkeypatch: pytest.MonkeyPatch) -> Trace:
             assert trace.names() == ["get"]
     """
     return Trace(client, monkeypatch)
+
+
+def raised_by_closing(
+    client: EtcdClient, blocked: Callable[[], object], after: float
+) -> BaseException:
+    """Run ``blocked()`` in a thread, close ``client`` ``after`` seconds later, and return what
+    the thread raised (asserting that it ended, and raised)."""
+    caught: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            blocked()
+        except BaseException as exc:
+            caught.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    time.sleep(after)
+    client.close()
+    thread.join(15)
+    assert not thread.is_alive()
+    assert len(caught) == 1
+    return caught[0]

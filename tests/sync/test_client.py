@@ -556,7 +556,9 @@ def test_many_threads_share_one_client(client: EtcdClient, etcd_prefix: str) -> 
     def work(n: int) -> None:
         try:
             for i in range(20):
-                client.put(f"{etcd_prefix}{n}/{i}", str(i))
+                key = f"{etcd_prefix}{n}/{i}"
+                client.put(key, str(i))  # sent from this thread (no hop), as is the get
+                assert client.get(key).value == str(i).encode()  # type: ignore[union-attr]
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 

@@ -34,6 +34,8 @@ from etcd_recipes.sync import (
 )
 from etcd_recipes.testing import EtcdServer
 
+from .conftest import raised_by_closing
+
 PLAIN = ("put", "get", "range", "get_prefix", "count", "delete")
 
 
@@ -197,22 +199,8 @@ def test_close_fails_a_call_in_flight_and_every_later_one(paused: EtcdServer) ->
     c.__enter__()
     c.put("/k", "v")
     paused.pause()
-    caught: list[BaseException] = []
-
-    def blocked() -> None:
-        try:
-            c.get("/k", timeout=30)
-        except BaseException as exc:
-            caught.append(exc)
-
-    thread = threading.Thread(target=blocked)
-    thread.start()
-    time.sleep(0.3)
-    c.close()
-    thread.join(10)
-    assert not thread.is_alive()
-    assert len(caught) == 1
-    assert isinstance(caught[0], ClientClosedError)
+    raised = raised_by_closing(c, lambda: c.get("/k", timeout=30), 0.3)
+    assert isinstance(raised, ClientClosedError)
     paused.resume()
     for name in PLAIN:
         with pytest.raises(ClientClosedError):
@@ -268,24 +256,3 @@ def test_an_expired_auth_token_is_refreshed() -> None:
         time.sleep(2.5)  # the token expires while idle
         assert c.get("/k").value == b"v"  # type: ignore[union-attr]
         assert c._a._auth.generation > generation  # type: ignore[union-attr]
-
-
-def test_many_threads_read_and_write_at_once(client: EtcdClient, etcd_prefix: str) -> None:
-    errors: list[BaseException] = []
-
-    def work(n: int) -> None:
-        try:
-            for i in range(25):
-                key = f"{etcd_prefix}{n}/{i}"
-                client.put(key, str(i))
-                assert client.get(key).value == str(i).encode()  # type: ignore[union-attr]
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
-    assert client.count(etcd_prefix) == 200

@@ -30,6 +30,8 @@ from etcd_recipes.sync import (
 )
 from etcd_recipes.sync._twin import SyncContextManager
 
+from .conftest import raised_by_closing
+
 
 def _threads() -> set[threading.Thread]:
     # gRPC's own process-wide poller thread comes and goes with gRPC's global state.
@@ -162,24 +164,9 @@ def test_closed_client(etcd_server: Any) -> None:
 
 
 def test_blocked_thread_gets_client_closed(client: EtcdClient) -> None:
-    errors: list[BaseException] = []
     lease = client.lease(5)
     lease.grant()
-
-    def wait() -> None:
-        try:
-            lease.wait_lost()
-        except BaseException as exc:
-            errors.append(exc)
-
-    waiter = threading.Thread(target=wait)
-    waiter.start()
-    time.sleep(0.1)
-    client.close()
-    waiter.join(15)
-    assert not waiter.is_alive()
-    assert len(errors) == 1
-    assert isinstance(errors[0], ClientClosedError)
+    assert isinstance(raised_by_closing(client, lease.wait_lost, 0.1), ClientClosedError)
 
 
 def test_fail_after_bounds_a_blocking_call(client: EtcdClient) -> None:
