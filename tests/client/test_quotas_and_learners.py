@@ -3,6 +3,8 @@ server's size limit is refused before it is sent, and the client sends no calls 
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from etcd_recipes import (
@@ -18,6 +20,7 @@ from etcd_recipes import (
     ValueTooLargeError,
     connect,
 )
+from etcd_recipes.sync import connect as sync_connect
 from etcd_recipes.testing import EtcdServer
 from etcd_recipes.testing._process import free_ports
 from etcd_recipes.testing.server import _MemberSpec
@@ -147,3 +150,13 @@ async def test_no_calls_go_to_a_learner(voter_and_learner):
         members = await client.member_list()
         assert sorted(m.is_learner for m in members) == [False, True]
         assert served == {m.id for m in members if not m.is_learner}
+
+    # The blocking facade's plain KV calls go out on a channel of their own, built from the
+    # same endpoints minus the learner: none of them may hit it either.
+    def blocking_calls() -> None:
+        with sync_connect([learner.url, voter.url], resilience=NEVER) as blocking:
+            for i in range(30):
+                blocking.put(f"/learner/sync/{i}", b"v")
+                assert blocking.get(f"/learner/sync/{i}").value == b"v"  # type: ignore[union-attr]
+
+    await asyncio.to_thread(blocking_calls)  # (the facade refuses a running event loop)

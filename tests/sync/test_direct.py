@@ -21,6 +21,7 @@ from etcd_recipes.sync import (
     ClientClosedError,
     Cmp,
     EtcdClient,
+    EtcdRecipeError,
     EtcdTimeoutError,
     Op,
     ResilienceConfig,
@@ -256,3 +257,34 @@ def test_an_expired_auth_token_is_refreshed() -> None:
         time.sleep(2.5)  # the token expires while idle
         assert c.get("/k").value == b"v"  # type: ignore[union-attr]
         assert c._a._auth.generation > generation  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+def test_a_restarted_server_is_reached_again(fresh_etcd_server: EtcdServer) -> None:
+    with connect(**fresh_etcd_server.client_kwargs()) as c:
+        c.put("/k", "v")
+        fresh_etcd_server.restart()
+        assert c.get("/k").value == b"v"  # type: ignore[union-attr]  # reconnected, retried
+        c.put("/k", "w")
+        assert c.get("/k").value == b"w"  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+def test_the_leader_of_a_cluster_dies(etcd_cluster: Any) -> None:
+    """The direct channel has the client's endpoints and round robin: a dead leader costs the
+    plain calls retries, and every acknowledged write is there afterwards."""
+    fast = {"keepalive_time": 1.0, "keepalive_timeout": 0.5}
+    with connect(**etcd_cluster.client_kwargs(), **fast) as c:
+        for i in range(5):
+            c.put(f"/f/pre{i}", "v")
+        etcd_cluster.leader().kill()
+        started = time.monotonic()
+        written = 0
+        while written < 20:  # each call bounded; a failed attempt in the election is retried
+            try:
+                c.put(f"/f/post{written}", "v", timeout=1.0)
+                written += 1
+            except EtcdRecipeError:
+                assert time.monotonic() - started < 10
+        assert c.count("/f/") == 25
+        assert c.get("/f/post19").value == b"v"  # type: ignore[union-attr]
