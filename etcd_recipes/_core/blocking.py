@@ -141,7 +141,7 @@ class BlockingRunner:
                     if auth is not None and not auth_retried and is_auth_token_error(exc):
                         auth_retried = True
                         attempt -= 1
-                        self._refresh(generation)
+                        self._refresh(generation, deadline)
                         continue
                     delay = runner.retry_delay(exc, unary.op, attempt, start, unary.retry, res)
                     if deadline is not None and time.monotonic() + delay >= deadline:
@@ -162,17 +162,25 @@ class BlockingRunner:
         finally:
             runner.meter.emit("rpc_finished", unary.op, time.monotonic() - start, attempt, outcome)
 
-    def _refresh(self, generation: int) -> None:
+    def _refresh(self, generation: int, deadline: float | None) -> None:
         """Re-authenticate on the client's loop (the token's lock lives there), and wait."""
         auth, loop = self._runner.auth, self._loop
         assert auth is not None
         assert loop is not None
         log.debug("auth token rejected, re-authenticating")
+        wait = _REFRESH_WAIT if deadline is None else max(0.0, deadline - time.monotonic())
         future = asyncio.run_coroutine_threadsafe(auth.refresh(generation), loop)
         try:
-            future.result(_REFRESH_WAIT)
+            future.result(min(wait, _REFRESH_WAIT))
         except grpc.RpcError as exc:
             raise map_grpc_error(exc, op="authenticate", endpoints=self._runner.endpoints) from None
+        except TimeoutError:  # the future's wait (the refresh itself raises only gRPC errors)
+            future.cancel()
+            if deadline is not None and time.monotonic() >= deadline:
+                raise EtcdTimeoutError(FAIL_AFTER_EXPIRED) from None
+            raise EtcdTimeoutError(
+                f"authenticate on [{self._runner.endpoints}]: no answer within {_REFRESH_WAIT}s"
+            ) from None
         except BaseException:
             future.cancel()
             raise
