@@ -47,11 +47,7 @@ from ._core.lease import LeaseKeeper
 from ._core.lifecycle import close_lease_pools, misuse_error, verify, without_learners
 from ._core.logctx import library_logger
 from ._core.metering import meter_for
-from ._core.rpc import (
-    DEFAULT_MAX_REQUEST_BYTES,
-    AuthManager,
-    RpcRunner,
-)
+from ._core.rpc import DEFAULT_MAX_REQUEST_BYTES, AuthManager, RpcRunner
 from ._core.rpc import UNSET as _UNSET
 from ._core.services import ServiceCalls
 from ._core.settings import resolve_settings
@@ -291,6 +287,9 @@ class EtcdClient(KVPlans, ServiceCalls, ConnectionStateCalls):
         )
 
     # ------------------------------------------------------------------ KV
+    # Each plain KV call is described once by its ``_unary_<name>`` plan (``_core/kv.py``):
+    # awaited here, sent from the caller's own thread by the blocking facade.
+
     async def get(
         self,
         key: bytes | str,
