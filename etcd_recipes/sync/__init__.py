@@ -38,8 +38,9 @@ ends (``is_lost`` and listeners tell you earlier).
 Callbacks: listeners run on one listener thread per client (in order, never on the loop), so
 a slow listener cannot stall the recipes. Hooks that the async API awaits (``establish``,
 ``resync``) are plain functions here; they run in worker threads and may call the facade.
-(A metrics sink in the resilience settings is called on the loop thread, or on yours for the
-plain key-value calls: keep it quick.)
+(A metrics sink that sets ``deliver_inline``, as the Prometheus and OpenTelemetry sinks do, is
+called in the reporting thread -- the loop thread, or yours for the plain key-value calls --
+so keep it quick; other sinks get their events on a thread of their own.)
 
 Objects come from the facade (``connect()``, ``client.watch()``, ``client.lease()``) or, for
 recipes, from their constructors (``DistributedBarrier(client, "/gate")``). Values, events,

@@ -176,7 +176,10 @@ def test_retries_and_their_exhaustion_are_the_loop_funnel_s(paused: EtcdServer) 
     ]
 
 
-@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="needs pthread_kill")
+@pytest.mark.skipif(
+    not hasattr(signal, "pthread_kill"),
+    reason="sends SIGINT to the main thread with signal.pthread_kill (POSIX only; not on Windows)",
+)
 def test_ctrl_c_interrupts_a_direct_call(paused: EtcdServer) -> None:
     sink = RpcSink()
     with connect(**paused.client_kwargs(), resilience=ResilienceConfig(metrics=sink)) as c:
