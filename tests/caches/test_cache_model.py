@@ -31,6 +31,7 @@ import asyncio
 import itertools
 import os
 import re
+import time
 from collections.abc import Coroutine
 from typing import Any, ClassVar, TypeVar, Union
 
@@ -48,7 +49,7 @@ from hypothesis.stateful import (
 
 from etcd_recipes import DeleteResult, EtcdClient, Op, PrefixCache, connect
 from etcd_recipes.testing import EtcdServer, TcpProxy
-from tests.helpers import eventually
+from tests.helpers import ETCD_QUIET_BEFORE_KILL, eventually
 
 from .helpers import Collector, cache_state, check_order, replay
 
@@ -203,6 +204,10 @@ class CacheModel(RuleBasedStateMachine):
     @precondition(lambda self: self.restarts < MAX_RESTARTS)
     @rule(ops=bursts, compact=st.booleans())
     def restart(self, ops: list[Write], compact: bool) -> None:
+        # Not within etcd 3.5.1's backend commit of the last write: a kill there can shift
+        # etcd's own history by a revision (etcd-io/etcd#13766), seen here once as "the cache
+        # differs from etcd" with every key one revision off on etcd's side.
+        time.sleep(ETCD_QUIET_BEFORE_KILL)
         self.env.server.restart()
         self.restarts += 1
         self.env.run(self._after_restart(ops, compact))

@@ -58,11 +58,11 @@ from etcd_recipes import (
     connect,
 )
 from etcd_recipes.testing import TcpProxy
+from tests.helpers import ETCD_QUIET_BEFORE_KILL
 
 FAST = {"keepalive_time": 1, "keepalive_timeout": 0.5}
 PREFIX = "/chaos/"
 KEYS = [f"{PREFIX}k{i}" for i in range(6)]
-QUIET_BEFORE_KILL = 0.25  # > etcd's 100 ms backend batch interval (etcd-io/etcd#13766)
 
 Op = tuple[str, str, bytes | None]  # (PUT|DELETE, key, value)
 
@@ -443,7 +443,7 @@ async def chaos(server, seed: int, *, kills: int, terms: int, cuts: int, compact
                 else:
                     if not under_load:
                         await writer.pause()
-                        await asyncio.sleep(QUIET_BEFORE_KILL)
+                        await asyncio.sleep(ETCD_QUIET_BEFORE_KILL)
                     await asyncio.to_thread(server.kill)
                     writer.resume()
                 await asyncio.sleep(rng.uniform(0, 0.5))
