@@ -21,7 +21,10 @@ Starts its own etcd unless ``--endpoint`` is given. ``--candidates`` processes e
 
 With the graceful mode the run also measures the **raw floor** of a hand-over: the same three
 RPCs (delete, the watch event, a create with a ``version == 0`` compare) between two bare
-clients in this process, no recipe -- what this machine's etcd and gRPC cost alone.
+clients in this process, no recipe -- what this machine's etcd and gRPC cost alone -- and the
+floor of **Go's layout** (delete, the watch event, a linearizable read: Go's candidates queue
+their keys in advance, so the successor writes nothing), what a layout change could reach, and
+the **event only** (delete to the watch event), the least any watch-announced hand-over takes.
 
 Failover = the new leader's own timestamp when it won, minus the moment of the kill (taken by
 this process right before the signal) or the moment the old leader started to close (taken by
@@ -137,10 +140,16 @@ class Candidates:
             proc.wait()
 
 
-async def raw_floor(endpoint: str, runs: int, settle: float) -> list[float]:
+async def raw_floor(
+    endpoint: str, runs: int, settle: float, *, then: str = "create"
+) -> list[float]:
     """The hand-over's RPCs alone, two bare clients in this process: one deletes a key (after
-    an idle spell, as a closing leader does), the other's watch sees the delete and creates
-    the key again with a ``version == 0`` compare -- from the delete's start to that answer."""
+    an idle spell, as a closing leader does), the other's watch sees the delete and -- with
+    ``then="create"``, our layout -- creates the key again with a ``version == 0`` compare, or
+    -- with ``then="read"``, the layout of Go's ``concurrency`` package, where each candidate
+    queued its own key beforehand -- confirms with a linearizable read that no earlier key is
+    left; from the delete's start to that answer. ``then="nothing"``: to the watch event
+    itself, the least any hand-over that a watch announces can take."""
     out: list[float] = []
     key = PATH + "-floor"
     async with connect(endpoint) as old, connect(endpoint) as new:
@@ -151,8 +160,11 @@ async def raw_floor(endpoint: str, runs: int, settle: float) -> list[float]:
                 started = time.monotonic()
                 delete = asyncio.ensure_future(old.delete(key))
                 async for _event in watch:
-                    won = await new.txn([Cmp.missing(key)], [Op.put(key, b"next")])
-                    assert won.succeeded
+                    if then == "create":
+                        won = await new.txn([Cmp.missing(key)], [Op.put(key, b"next")])
+                        assert won.succeeded
+                    elif then == "read":
+                        assert not (await new.range(key, prefix=True, limit=1)).kvs
                     out.append(time.monotonic() - started)
                     break
                 await delete
@@ -216,6 +228,8 @@ async def run(
         cands.stop_all()
     if "graceful" in results:
         results["raw floor"] = await raw_floor(endpoint, runs, settle)
+        results["Go's layout"] = await raw_floor(endpoint, runs, settle, then="read")
+        results["event only"] = await raw_floor(endpoint, runs, settle, then="nothing")
     return {
         "ttl": ttl,
         "candidates": n,
@@ -251,10 +265,10 @@ def main() -> None:
         )
     ttl = report["ttl"]
     print(f"\nfailover, {args.candidates} candidate processes, lease TTL {ttl} s, {args.runs} runs")
-    print(f"{'mode':10} {'p50':>10} {'p90':>10} {'min':>10} {'max':>10}")
+    print(f"{'mode':14} {'p50':>10} {'p90':>10} {'min':>10} {'max':>10}")
     for mode, s in report["summary"].items():
         cells = " ".join(f"{s[k] * 1000:8.1f}ms" for k in ("p50", "p90", "min", "max"))
-        print(f"{mode:10} {cells}")
+        print(f"{mode:14} {cells}")
     if "sigkill" in report["summary"]:
         kill = report["summary"]["sigkill"]["p50"]
         print(f"\nSIGKILL p50 = {kill / ttl:.2f} x TTL (floor: the dead term lease must expire)")
@@ -265,6 +279,13 @@ def main() -> None:
         print(
             f"graceful p50 = {graceful * 1000:.2f} ms (target <= 3 ms): {verdict}; the raw "
             f"floor (delete -> watch event -> create, bare clients) p50 = {floor * 1000:.2f} ms"
+        )
+        queued = report["summary"]["Go's layout"]["p50"]
+        print(
+            f"Go's layout (delete -> watch event -> read, bare clients) p50 = "
+            f"{queued * 1000:.2f} ms: what a hand-over could cost here with candidates queued "
+            f"in advance; the delete's watch event alone: "
+            f"{report['summary']['event only']['p50'] * 1000:.2f} ms"
         )
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
