@@ -50,7 +50,7 @@ from typing import Any
 from election import run as election_run  # benchmarks/election.py, the script's sibling
 from locks import cycles_per_second, handoff_latency  # benchmarks/locks.py
 
-from etcd_recipes import DistributedMutex, connect
+from etcd_recipes import DistributedMutex, EtcdConnectionError, connect
 from etcd_recipes.testing import EtcdServer
 
 SOURCE = Path(__file__).with_name("go_peer")
@@ -129,6 +129,14 @@ async def ours_election(endpoint: str, runs: int) -> dict[str, Any]:
         "go_layout_floor_p50_ms": summary["Go's layout"]["p50"] * 1000,
         "event_floor_p50_ms": summary["event only"]["p50"] * 1000,
     }
+
+
+async def reachable(endpoint: str) -> bool:
+    try:
+        async with connect(endpoint) as client:
+            return await client.check(timeout=3.0)
+    except EtcdConnectionError:
+        return False
 
 
 def median_of(results: list[dict[str, Any]], key: str) -> float:
@@ -210,6 +218,8 @@ def main() -> None:
             return
         with contextlib.ExitStack() as stack:
             endpoint = args.endpoint or stack.enter_context(EtcdServer()).endpoint
+            if not asyncio.run(reachable(endpoint)):  # Go's client would wait on it for good
+                sys.exit(f"go peer: no etcd answers at {endpoint}")
             started = time.time()
             rows = measure(binary, endpoint, args)
     print("\n".join(report(rows)))
