@@ -24,7 +24,9 @@ RPCs (delete, the watch event, a create with a ``version == 0`` compare) between
 clients in this process, no recipe -- what this machine's etcd and gRPC cost alone -- and the
 floor of **Go's layout** (delete, the watch event, a linearizable read: Go's candidates queue
 their keys in advance, so the successor writes nothing), what a layout change could reach, and
-the **event only** (delete to the watch event), the least any watch-announced hand-over takes.
+the **event only** (delete to the watch event), the least any watch-announced hand-over takes;
+and **one process**: the graceful hand-over between latches that share this process (a client
+each), as Go's row runs its candidates -- the recipe without the cross-process wake-ups.
 
 Failover = the new leader's own timestamp when it won, minus the moment of the kill (taken by
 this process right before the signal) or the moment the old leader started to close (taken by
@@ -172,6 +174,40 @@ async def raw_floor(
     return out
 
 
+async def in_process(endpoint: str, runs: int, n: int, settle: float) -> list[float]:
+    """Graceful hand-overs between ``n`` :class:`~etcd_recipes.LeaderLatch` es in this process,
+    a client each (the way Go's row runs its candidates): from the leader's ``aclose()`` to the
+    next leader's listener; the closed latch is replaced by a new one on its client."""
+    out: list[float] = []
+    wins: asyncio.Queue[tuple[int, float]] = asyncio.Queue()
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [await stack.enter_async_context(connect(endpoint)) for _ in range(n)]
+        latches: list[LeaderLatch] = []
+
+        async def candidate(i: int) -> LeaderLatch:
+            latch = LeaderLatch(clients[i], PATH + "-inproc", client_id=f"in-{i}-{len(out)}")
+            latch.add_leadership_listener(
+                lambda leading: leading and wins.put_nowait((i, time.monotonic()))
+            )
+            await latch.start()
+            return latch
+
+        for i in range(n):
+            latches.append(await candidate(i))
+        leader = (await wins.get())[0]
+        for _ in range(runs):
+            await asyncio.sleep(settle)
+            started = time.monotonic()
+            await latches[leader].aclose()
+            nxt, at = await asyncio.wait_for(wins.get(), 60)
+            out.append(at - started)
+            latches[leader] = await candidate(leader)
+            leader = nxt
+        for latch in latches:
+            await latch.aclose()
+    return out
+
+
 def summary(values: list[float]) -> dict[str, float]:
     ordered = sorted(values)
     return {
@@ -230,6 +266,7 @@ async def run(
         results["raw floor"] = await raw_floor(endpoint, runs, settle)
         results["Go's layout"] = await raw_floor(endpoint, runs, settle, then="read")
         results["event only"] = await raw_floor(endpoint, runs, settle, then="nothing")
+        results["one process"] = await in_process(endpoint, runs, n, settle)
     return {
         "ttl": ttl,
         "candidates": n,
