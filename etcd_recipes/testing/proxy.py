@@ -7,8 +7,12 @@ synchronous and asynchronous tests. Put it between a client and etcd, then:
   dropped NAT entry; new connections are still forwarded;
 - :meth:`TcpProxy.blackhole` silently drops all bytes in both directions while connections
   stay open — like a network partition;
+- :meth:`TcpProxy.stall` stops forwarding but keeps every byte: connections stay open and
+  silent, each side's sends back up (TCP flow control), and nothing is lost -- a congested
+  link, a peer whose process stopped reading, a middlebox holding packets;
 - :meth:`TcpProxy.restore` forwards again (and resets the connections that lived through a
-  blackhole: their HTTP/2 byte stream is corrupt, so clients must reconnect).
+  blackhole: their HTTP/2 byte stream is corrupt, so clients must reconnect; a stall's
+  connections go on where they stopped, with nothing reset).
 
 Example::
 
@@ -109,6 +113,8 @@ class TcpProxy(StartStop):
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
         self._blackholed = False
+        self._stalled = False
+        self._flowing: asyncio.Event | None = None  # created on the proxy's loop
         self._lock = threading.Lock()
 
     @classmethod
@@ -265,6 +271,11 @@ class TcpProxy(StartStop):
         """Whether :meth:`blackhole` is in effect."""
         return self._blackholed
 
+    @property
+    def is_stalled(self) -> bool:
+        """Whether :meth:`stall` is in effect."""
+        return self._stalled
+
     # ------------------------------------------------------------------ faults
 
     def cut(self) -> None:
@@ -326,8 +337,33 @@ class TcpProxy(StartStop):
         """
         self._call(self._start_blackhole)
 
+    def stall(self) -> None:
+        """Stop forwarding, dropping nothing: open connections stay open and silent.
+
+        The proxy stops reading from both legs, so each side's sends fill the socket buffers
+        and then block, as over a congested link; new connections are accepted and stall too.
+        :meth:`restore` lets every held byte through, in order, with no connection reset --
+        what a peer that never noticed the stall sees.
+
+        Example::
+
+            import grpc
+
+            from etcd_recipes.testing import TcpProxy
+
+            with TcpProxy.for_endpoint(endpoints) as proxy:
+                with grpc.insecure_channel(proxy.endpoint) as channel:
+                    grpc.channel_ready_future(channel).result(timeout=5)
+                    proxy.stall()
+                    assert proxy.is_stalled and proxy.connection_count == 1
+                    proxy.restore()
+                    assert not proxy.is_stalled and proxy.connection_count == 1
+        """
+        self._call(self._start_stall)
+
     def restore(self) -> None:
-        """Forward normally again; connections that lived through a blackhole are reset.
+        """Forward normally again after :meth:`blackhole` or :meth:`stall`; connections that
+        lived through a blackhole are reset, those that lived through a stall go on.
 
         Example::
 
@@ -366,8 +402,20 @@ class TcpProxy(StartStop):
         for conn in self._connections:
             conn.tainted = True
 
+    def _flow(self) -> asyncio.Event:
+        if self._flowing is None:
+            self._flowing = asyncio.Event()
+            self._flowing.set()
+        return self._flowing
+
+    def _start_stall(self) -> None:
+        self._stalled = True
+        self._flow().clear()
+
     def _end_blackhole(self) -> None:
         self._blackholed = False
+        self._stalled = False
+        self._flow().set()
         tainted = [c for c in self._connections if c.tainted]
         for conn in tainted:
             self._connections.discard(conn)
@@ -413,13 +461,16 @@ class TcpProxy(StartStop):
         dst: asyncio.StreamWriter | None,
         conn: _Connection,
     ) -> None:
+        flowing = self._flow()
         try:
             while True:
+                await flowing.wait()  # a stall: read nothing, so the sender backs up
                 data = await src.read(_CHUNK)
                 if not data:
                     return
                 if self._blackholed or conn.tainted or dst is None:
                     continue  # dropped on the floor
+                await flowing.wait()  # read just before a stall: held, not lost
                 dst.write(data)
                 await dst.drain()
         except (OSError, asyncio.CancelledError):

@@ -398,6 +398,50 @@ async def test_proxy_cut_blackhole_restore(etcd_server: EtcdServer, etcd_prefix:
             assert response.kvs[0].value == b"3"
 
 
+async def test_proxy_stall_holds_bytes_and_restore_loses_none(
+    etcd_server: EtcdServer, etcd_prefix: str
+) -> None:
+    key = (etcd_prefix + "s").encode()
+    with TcpProxy.for_endpoint(etcd_server.endpoint) as proxy:
+        async with (
+            grpc.aio.insecure_channel(proxy.endpoint, options=FAST_RECONNECT) as channel,
+            grpc.aio.insecure_channel(etcd_server.endpoint) as direct,
+        ):
+            stream = rpc.WatchStub(channel).Watch()
+            await stream.write(rpc.WatchRequest(create_request=rpc.WatchCreateRequest(key=key)))
+            created = await asyncio.wait_for(stream.read(), 2)
+            assert created.created
+
+            proxy.stall()
+            assert proxy.is_stalled and not proxy.is_blackholed
+            # the connection stays open and silent: a request's deadline expires ...
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await rpc.KVStub(channel).Range(rpc.RangeRequest(key=key), timeout=0.3)
+            assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            # ... and events written meanwhile (through another channel) are held, not sent
+            direct_kv = rpc.KVStub(direct)
+            for value in (b"1", b"2", b"3"):
+                await direct_kv.Put(rpc.PutRequest(key=key, value=value), timeout=2)
+            reader = asyncio.create_task(_read_values(stream, 3))
+            await asyncio.sleep(0.5)
+            assert not reader.done()
+            assert proxy.connection_count == 1
+
+            proxy.restore()
+            assert not proxy.is_stalled
+            # the same stream goes on, no reset, and every held event arrives in order
+            assert await asyncio.wait_for(reader, 5) == [b"1", b"2", b"3"]
+            assert proxy.connection_count == 1
+
+
+async def _read_values(stream: Any, count: int) -> list[bytes]:
+    values: list[bytes] = []
+    while len(values) < count:
+        response = await stream.read()
+        values.extend(event.kv.value for event in response.events)
+    return values
+
+
 async def _eventually_put(kv: Any, key: bytes, value: bytes, timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
