@@ -7,6 +7,7 @@ Each reads through the recipes' own public API (their key layouts live there, on
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import os
 import signal
@@ -26,6 +27,7 @@ from .. import (
     get_participants,
 )
 from ..errors import CodecError, InvalidArgumentError, LockLostError, LockTimeoutError
+from ..locks.inspection import mutex_state
 from ..queues.inspection import detect_queue_kind, in_flight, peek_queue, queue_stats
 from ._app import CommandError, Exit, app, confirm, emit, run
 
@@ -51,23 +53,27 @@ def _path(path: str) -> str:
 
 
 async def _contenders(client: EtcdClient, path: str) -> list[dict[str, Any]]:
-    """The lock's keys in arrival order, as the mutex itself lists them: the first holds it."""
-    mutex = DistributedMutex(client, path)
-    try:
-        entries = await mutex.contenders()
-    finally:
-        await mutex.aclose()
+    """The lock's keys in arrival order, the holder first: only keys in the lock layout
+    (``<path>/<lease hex>`` on that lease). Exit 3 when there is none; exit 4, before anything
+    is written, when ``<path>/`` also holds other keys (a plain key, another recipe's)."""
+    state = await mutex_state(client, path)
+    if state.foreign:
+        shown = ", ".join(p.key.decode("utf-8", "replace") for p in state.foreign[:3])
+        more = f" and {len(state.foreign) - 3} more" if len(state.foreign) > 3 else ""
+        raise CommandError(
+            f"{path} is not a lock: {path.rstrip('/')}/ holds {len(state.foreign)} key(s) outside "
+            f"the lock layout (<path>/<lease hex> on that lease): {shown}{more}",
+            Exit.REFUSED,
+        )
     out = []
-    for entry in entries:
-        ttl = None
-        if entry.lease_id:
-            ttl = (await client.lease_time_to_live(entry.lease_id)).ttl
+    for entry in ([state.holder] if state.holder else []) + state.waiters:
+        ttl = (await client.lease_time_to_live(entry.lease_id)).ttl
         out.append(
             {
                 "key": entry.key.decode("utf-8", errors="replace"),
                 "role": "holder" if entry.is_holder else "waiter",
                 "fencing_token": entry.create_revision,
-                "lease": f"{entry.lease_id:x}" if entry.lease_id else None,
+                "lease": f"{entry.lease_id:x}",
                 "ttl_left": ttl,
                 "value": entry.value.decode("utf-8", errors="replace"),
             }
@@ -100,19 +106,26 @@ def lock_show(ctx: typer.Context, path: str) -> None:
 
 @lock_app.command("ls")
 def lock_ls(ctx: typer.Context, prefix: str) -> None:
-    """The locks under PREFIX that have a holder: one row per lock."""
+    """The locks under PREFIX that have a holder: one row per lock.
+
+    A lock is a path whose keys are all in the lock layout (``<path>/<lease hex>`` on that
+    lease, as etcdctl, Go and this library write them); other recipes' paths are not listed.
+    """
     prefix = _path(prefix)
 
     async def work(client: EtcdClient) -> None:
         read = await client.get_prefix(prefix.rstrip("/") + "/", keys_only=True)
+        keys = [kv.key_text for kv in read.kvs]  # sorted by key, as etcd returns them
         locks: dict[str, list[int]] = {}
         for kv in read.kvs:
-            parent = kv.key_text.rsplit("/", 1)[0]
-            locks.setdefault(parent, []).append(kv.create_revision)
-        rows = [
-            {"path": p, "contenders": len(revs), "fencing_token": min(revs)}
-            for p, revs in sorted(locks.items())
-        ]
+            parent, _, name = kv.key_text.rpartition("/")
+            if kv.lease and name == f"{kv.lease:x}":
+                locks.setdefault(parent, []).append(kv.create_revision)
+        rows = []
+        for path, revs in sorted(locks.items()):
+            under = bisect.bisect_left(keys, path + "0") - bisect.bisect_left(keys, path + "/")
+            if under == len(revs):  # nothing else under path/: a lock, not another recipe's
+                rows.append({"path": path, "contenders": len(revs), "fencing_token": min(revs)})
         emit(
             ctx,
             "lock ls",
@@ -186,9 +199,17 @@ async def _terminate(child: asyncio.subprocess.Process, grace: float) -> None:
 
 @lock_app.command("break")
 def lock_break(
-    ctx: typer.Context, path: str, yes: bool = typer.Option(False, "--yes", help="Do it.")
+    ctx: typer.Context,
+    path: str,
+    yes: bool = typer.Option(False, "--yes", help="Do it."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would go; change nothing."),
 ) -> None:
-    """Revoke the holder's lease (its key goes; the next waiter gets the lock)."""
+    """Revoke the holder's lease: its key goes, and so does every other key on that lease
+    (listed first); the next waiter gets the lock.
+
+    Only a key in the lock layout (PATH/<lease hex> on that lease) is a holder. A PATH that
+    also holds other keys is refused (exit 4) and nothing is written; no key is ever deleted.
+    """
     path = _path(path)
 
     async def work(client: EtcdClient) -> None:
@@ -196,14 +217,29 @@ def lock_break(
         if not entries:
             raise CommandError(f"nobody holds the lock {path}", Exit.NOT_FOUND)
         holder = entries[0]
-        confirm(yes, f"breaking {path} (holder {holder['key']})")
-        if holder["lease"]:
-            await client.lease_revoke(int(holder["lease"], 16))
-            what = f"revoked lease {holder['lease']} of holder {holder['key']}"
+        lease = int(holder["lease"], 16)
+        info = await client.lease_time_to_live(lease, keys=True)
+        lease_keys = sorted(k.decode("utf-8", "replace") for k in info.keys)
+        others = [k for k in lease_keys if k != holder["key"]]
+        also = f"; its lease also carries {', '.join(others)}" if others else ""
+        if dry_run:
+            what = f"would revoke lease {holder['lease']} of holder {holder['key']}{also}"
         else:
-            await client.delete(holder["key"])
-            what = f"deleted holder key {holder['key']} (it had no lease)"
-        emit(ctx, "lock break", {"path": path, "holder": holder, "action": what}, lines=[what])
+            confirm(yes, f"breaking {path} (holder {holder['key']}{also})")
+            await client.lease_revoke(lease)
+            what = f"revoked lease {holder['lease']} of holder {holder['key']}{also}"
+        emit(
+            ctx,
+            "lock break",
+            {
+                "path": path,
+                "holder": holder,
+                "lease_keys": lease_keys,
+                "dry_run": dry_run,
+                "action": what,
+            },
+            lines=[what],
+        )
 
     run(ctx, work)
 

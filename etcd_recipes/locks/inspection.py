@@ -1,5 +1,10 @@
-"""Read-only inspection of a semaphore at a path, for operators: :func:`semaphore_state` (the
-``etcd-recipes semaphore show`` command uses it).
+"""Read-only inspection of locks and semaphores at a path, for operators: :func:`mutex_state`
+and :func:`semaphore_state` (the ``etcd-recipes lock`` and ``semaphore show`` commands use them).
+
+A mutex's keys are ``<path>/<lease id in hex>``, each on the lease it names (the layout of
+``etcdctl lock``, Go's ``concurrency.Mutex`` and :class:`~etcd_recipes.DistributedMutex`);
+:func:`mutex_state` sets apart every other key under ``<path>/`` as ``foreign``, so an operator
+command never takes a plain key, or another recipe's, for a lock holder.
 
 It reads the semaphore's own keys (``<path>/permits``, the 4-byte big-endian permit count,
 and ``<path>/holders/``, one key per acquisition, waiters included -- see
@@ -35,12 +40,84 @@ from ..codecs import INT32
 from ..errors import CodecError, InvalidArgumentError
 from ..types import RangeResult, SortOrder, SortTarget
 from .hold import LockParticipant
+from .mutex import DistributedMutex
 from .semaphore import DistributedSemaphore
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
 
-__all__ = ["SemaphoreState", "semaphore_state"]
+__all__ = ["MutexState", "SemaphoreState", "mutex_state", "semaphore_state"]
+
+
+@dataclass(frozen=True)
+class MutexState:
+    """A mutex as of one read at ``revision``: its contenders in line order (``holder`` first,
+    then ``waiters``), counting only keys in the lock layout (``<path>/<lease hex>`` on that
+    lease), and ``foreign``: every other key under ``<path>/`` (plain keys, keys at a deeper
+    level, another recipe's), oldest first. A path with foreign keys is not a lock an operator
+    should act on: the mutex itself would wait for them.
+
+    Example::
+
+        from etcd_recipes.locks.inspection import mutex_state
+
+        state = await mutex_state(client, f"{prefix}/report-lock")
+        print(state.holder, state.waiters, state.foreign)  # None [] []
+    """
+
+    path: str
+    holder: LockParticipant | None
+    waiters: list[LockParticipant]
+    foreign: list[LockParticipant]
+    revision: int
+
+    @property
+    def is_lock(self) -> bool:
+        """Whether the path holds lock keys and nothing else (what a lock command may act on)."""
+        return self.holder is not None and not self.foreign
+
+
+async def mutex_state(client: EtcdClient, path: str) -> MutexState:
+    """The mutex at ``path`` (one read): its contenders in the lock layout and every foreign
+    key under ``<path>/``. Nothing is written.
+
+    Example::
+
+        from etcd_recipes import DistributedMutex
+        from etcd_recipes.locks.inspection import mutex_state
+
+        mutex = DistributedMutex(client, f"{prefix}/report-lock")
+        async with mutex:
+            await client.put(f"{prefix}/report-lock/config", b"not a holder")
+            state = await mutex_state(client, f"{prefix}/report-lock")
+            assert state.holder is not None and state.holder.key == mutex.hold.key
+            assert [p.key for p in state.foreign] == [f"{prefix}/report-lock/config".encode()]
+            assert not state.is_lock
+        await mutex.aclose()
+    """
+    client, path = check_client(client), check_path(path)
+    probe = DistributedMutex(client, path)  # for its key layout only: never used
+    try:
+        found = await client.range(
+            probe._conflicts,
+            prefix=True,
+            sort_target=SortTarget.CREATE,
+            sort_order=SortOrder.ASCEND,
+        )
+        line: list[LockParticipant] = []
+        foreign: list[LockParticipant] = []
+        for kv in found.kvs:
+            in_layout = kv.lease != 0 and kv.key == probe._new_key(kv.lease)[0].encode()
+            entry = LockParticipant(kv.key, kv.lease, kv.create_revision, False, kv.value)
+            (line if in_layout else foreign).append(entry)
+    finally:
+        await probe.aclose()
+    if line:
+        first = line[0]
+        line[0] = LockParticipant(
+            first.key, first.lease_id, first.create_revision, True, first.value
+        )
+    return MutexState(path, line[0] if line else None, line[1:], foreign, found.revision)
 
 
 @dataclass(frozen=True)
