@@ -244,19 +244,24 @@ class Watch:
         confirms that the watch has delivered every change up to a revision.
 
         Only a watch known to be caught up gets them (one created above the head revision,
-        or after etcd's own per-watch notification): etcd 3.5.1 answers a progress request
-        with the head revision even while a watch still replays history.
+        or after etcd's own per-watch notification), and answers to
+        :meth:`EtcdClient.request_progress` only from etcd 3.5.8 or later (3.4.25 on the 3.4
+        line): older servers send them ahead of events still on their way.
 
         Example::
 
-            from etcd_recipes import WatchProgress
+            from etcd_recipes import WatchEvent, WatchProgress
 
             key = prefix + "/idle"
             async with client.watch(key) as watch:  # from now: caught up at once
-                items = watch.items_and_progress()
-                client.request_progress()
-                item = await anext(items)
-                assert isinstance(item, WatchProgress) and item.key == key.encode()
+                client.request_progress()  # answered in-band by etcd >= 3.5.8 only
+                written = await client.put(key, b"v")
+                async for item in watch.items_and_progress():
+                    if isinstance(item, WatchProgress):
+                        assert item.key == key.encode()  # the revisions it covers are done
+                    elif isinstance(item, WatchEvent):
+                        assert item.revision == written.revision
+                        break
         """
         while True:
             try:

@@ -25,11 +25,39 @@ from .wire import Wire
 if TYPE_CHECKING:
     from .watch import Watch
 
-__all__ = ["WatchHub"]
+__all__ = ["WatchHub", "progress_is_ordered"]
 
 log = library_logger("etcd_recipes.watch")
 
 _HUB_BACKOFF = RetryPolicy.exponential_backoff(initial_delay=0.05, max_delay=1.0, jitter=0.2)
+
+# Go's clientv3.WithRequireLeader: a member that loses its leader ends the stream
+# ("etcdserver: no leader") instead of keeping it open and silent, so the hub re-opens it,
+# on another endpoint when the client has one.
+_REQUIRE_LEADER = ("hasleader", "true")
+
+
+def progress_is_ordered(version: str) -> bool:
+    """Whether an etcd server of ``version`` sends its answer to a stream-wide progress request
+    after every event it has generated up to that revision (etcd-io/etcd#15220, fixed in
+    3.5.8 and 3.4.25). Older servers send it ahead of events still queued for the stream: a
+    watch trusting it would take events still on their way for ones it already had, and drop
+    them -- a silent loss.
+
+    Example::
+
+        from etcd_recipes._core.watch_hub import progress_is_ordered
+
+        assert not progress_is_ordered("3.5.1") and progress_is_ordered("3.5.8")
+        assert progress_is_ordered("3.4.25") and not progress_is_ordered("3.4.23")
+    """
+    try:
+        parts = tuple(int(p) for p in version.split("-", 1)[0].split(".")[:3])
+    except ValueError:
+        return False
+    if len(parts) != 3:
+        return False
+    return parts >= (3, 5, 8) or (3, 4, 25) <= parts < (3, 5, 0)
 
 
 class WatchHub:
@@ -54,6 +82,11 @@ class WatchHub:
         """How many Watch streams this hub has opened (for tests and diagnostics)."""
         self.shared: dict[Any, Any] = {}
         """Waits that share one watch among many waiters, by key (see ``waiting.py``)."""
+        self.progress_ordered: bool | None = None
+        """Whether the server orders its answers to progress requests after the events they
+        cover (see :func:`progress_is_ordered`): ``None`` until a member's version is known,
+        ``False`` for good once any member is older. Answers are ignored unless ``True``."""
+        self._version_check: asyncio.Task[None] | None = None
 
     @property
     def watcher_count(self) -> int:
@@ -107,6 +140,8 @@ class WatchHub:
 
     async def aclose(self) -> None:
         self._closed = True
+        if self._version_check is not None:
+            self._version_check.cancel()
         for watch in list(self._all):
             watch._error = ClientClosedError("the client was closed")
             watch._close_now()
@@ -134,8 +169,9 @@ class WatchHub:
             cause: BaseException | None = None
             try:
                 stub = pb.WatchStub(self._wire.channel())
-                call = stub.Watch(metadata=self._wire.metadata())
+                call = stub.Watch(metadata=(*(self._wire.metadata() or ()), _REQUIRE_LEADER))
                 self.streams_opened += 1
+                self._check_version()
                 while not self._outbox.empty():
                     self._outbox.get_nowait()
                 self._watchers.clear()
@@ -184,6 +220,31 @@ class WatchHub:
             delay = _HUB_BACKOFF.next_delay(attempt, time.monotonic() - failed_since) or 1.0
             await asyncio.sleep(delay)
 
+    def _check_version(self) -> None:
+        """Learn (once per stream, until a member proves older) whether progress answers can
+        be trusted: one Status call, in the background; failures leave it unknown."""
+        if self.progress_ordered is False:
+            return
+        if self._version_check is not None and not self._version_check.done():
+            return
+        self._version_check = asyncio.get_running_loop().create_task(self._ask_version())
+
+    async def _ask_version(self) -> None:
+        try:
+            status = await pb.MaintenanceStub(self._wire.channel()).Status(
+                pb.StatusRequest(), metadata=self._wire.metadata(), timeout=5.0
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # unknown: answers stay ignored until a later stream asks
+            log.debug("could not learn the server's version: %r", exc)
+            return
+        ordered = progress_is_ordered(str(status.version))
+        if not ordered:
+            self.progress_ordered = False  # one older member is enough, for good
+        elif self.progress_ordered is None:
+            self.progress_ordered = True
+
     async def _write_loop(self, call: Any) -> None:
         while True:
             request = await self._outbox.get()
@@ -207,9 +268,12 @@ class WatchHub:
             waiting._id = wid
             self._watchers[wid] = waiting
         if wid == -1:
-            # A reply to a stream-wide progress request. etcd 3.5.1 answers it with the head
-            # revision even while some watches are still replaying history, so it advances
-            # only watches known to be caught up (see Watch._on_stream_progress).
+            # A reply to a stream-wide progress request. Before 3.5.8 etcd sends it ahead of
+            # events still queued for the stream (etcd-io/etcd#15220): trusting it there loses
+            # them, so only an ordering server's answer counts. Even then it advances only
+            # watches known to be caught up (see Watch._on_stream_progress).
+            if self.progress_ordered is not True:
+                return
             for watch in self._watchers.values():
                 watch._on_stream_progress(revision)
             return
@@ -224,7 +288,9 @@ class WatchHub:
                 return
         if msg.canceled:
             watch._server_active = False
-            self._forget_id(watch, cancel=False)
+            # etcd keeps a compacted watcher registered on the stream (its watcher count stays
+            # up) until the client cancels it; a watch cancelled for any other reason is gone.
+            self._forget_id(watch, cancel=msg.compact_revision > 0)
             if msg.compact_revision > 0:
                 watch._on_compacted(int(msg.compact_revision))
                 return

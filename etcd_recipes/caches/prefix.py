@@ -59,6 +59,7 @@ from .._core.validate import check_count, check_revision, check_timeout
 from .._core.watch import Watch
 from ..codecs import Codec, ValueT, as_codec
 from ..errors import (
+    ClientClosedError,
     EtcdRecipeError,
     EtcdTimeoutError,
     InvalidArgumentError,
@@ -271,9 +272,11 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
         cache's revision. Raises :class:`~etcd_recipes.errors.EtcdTimeoutError` after
         ``timeout`` seconds.
 
-        Asks etcd for watch progress; where no answer comes (``etcd grpc-proxy`` does not
-        forward progress requests), proves with two reads (a count, and the keys modified
-        since) that the range did not change since the cache's revision.
+        Proves with two reads (a count, and the keys modified since) that the range did not
+        change since the cache's revision, else waits for the watch: its events, or etcd's
+        answer to a progress request (etcd 3.5.8 or later; older servers' answers and
+        ``etcd grpc-proxy``, which forwards none, leave it to the reads). A read that fails
+        meanwhile (a cut, a restart) is retried until the timeout, never raised.
 
         Example::
 
@@ -288,12 +291,14 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
         with anyio.move_on_after(timeout):
             while self._revision < revision:
                 self._check_started()
+                if self._synced:
+                    await self._confirm_unchanged()
+                    if self._revision >= revision:
+                        break
                 self._client.request_progress()
                 with anyio.move_on_after(_PROGRESS_WAIT):
                     while self._revision < revision:
                         await self._next_change()
-                if self._revision < revision and self._synced:
-                    await self._confirm_unchanged()
         if self._revision < revision:
             raise EtcdTimeoutError(
                 f"{self.exception_context}: not at revision {revision} within {timeout}s "
@@ -321,7 +326,13 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
 
     async def _confirm_unchanged(self) -> None:
         seen, count = self._revision, self._store.server_count
-        head = await unchanged_since(self._client, self._key, self._end, seen, count)
+        try:
+            head = await unchanged_since(self._client, self._key, self._end, seen, count)
+        except ClientClosedError:
+            raise
+        except EtcdRecipeError as exc:  # unreachable for now: the caller waits and asks again
+            log.debug("%s: could not confirm revision %d: %r", self.exception_context, seen, exc)
+            return
         if head is not None and self._revision == seen and self._synced:
             self._advance(head)
 

@@ -338,7 +338,11 @@ class EtcdClient(SyncTwin, twin_of=_async.EtcdClient):
         return result
 
     def request_progress(self) -> None:
-        """Ask the server for a progress notification on the watch stream."""
+        """Ask the server for a progress notification on the watch stream: every watch known
+        to be caught up then yields a :class:`~etcd_recipes.types.WatchProgress` from
+        :meth:`Watch.items_and_progress`. Only etcd 3.5.8 or later (3.4.25 on the 3.4 line)
+        orders its answer after the events it covers; an older server's answer is ignored
+        (trusting it loses events, etcd-io/etcd#15220), so there this has no effect."""
         self._rt.call_sync(self._a.request_progress)
 
     def lock(self, name: bytes | str, lease_id: int, *, timeout: float | None = None) -> bytes:

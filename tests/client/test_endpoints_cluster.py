@@ -113,3 +113,62 @@ async def test_single_dead_endpoint_fails_fast():
     with pytest.raises(EtcdConnectionError, match=endpoint):
         await connect(endpoint, connect_timeout=1).open()
     assert time.monotonic() - t0 < 4.0
+
+
+@pytest.mark.slow
+async def test_a_member_without_a_leader_ends_the_watch_stream(etcd_cluster):
+    """The watch stream carries etcd's require-leader metadata (``hasleader: true``, Go's
+    ``WithRequireLeader``): a member that loses its leader ends it instead of keeping it open
+    and silent, so the watch reports the outage and comes back once there is a leader."""
+    from etcd_recipes import WatchEvent, WatchResubscribed, WatchSuspended
+
+    leader = etcd_cluster.leader()
+    member = next(m for m in etcd_cluster.members if m is not leader)
+    others = [m for m in etcd_cluster.members if m is not member]
+    async with (
+        connect(member.endpoint, **FAST) as client,
+        connect([m.endpoint for m in others]) as majority,
+    ):
+        items: list[object] = []
+        async with client.watch("/nl/k") as watch:
+
+            async def consume() -> None:
+                async for item in watch.items():
+                    items.append(item)
+
+            consumer = asyncio.create_task(consume())
+            for other in others:
+                other.pause()  # SIGSTOP: the member loses its leader, its links stay up
+            try:
+                t0 = time.monotonic()
+                await eventually(
+                    lambda: any(isinstance(i, WatchSuspended) for i in items),
+                    timeout=10,
+                    what="the leaderless member to end the stream",
+                )
+                detected = time.monotonic() - t0
+                (suspended,) = [i for i in items if isinstance(i, WatchSuspended)]
+                assert "leader" in str(suspended.cause), suspended
+            finally:
+                for other in others:
+                    other.resume()
+            written = await _put_eventually(majority, "/nl/k")
+            await eventually(
+                lambda: any(isinstance(i, WatchEvent) and i.revision == written for i in items),
+                timeout=10,
+                what="the write made on the majority",
+            )
+            assert any(isinstance(i, WatchResubscribed) for i in items)
+            consumer.cancel()
+        print(f"no-leader detected after {detected:.2f}s")
+
+
+async def _put_eventually(client, key: str) -> int:
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return (await client.put(key, b"after", timeout=1.0)).revision
+        except EtcdRecipeError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.05)

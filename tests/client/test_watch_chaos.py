@@ -46,6 +46,7 @@ import pytest
 from etcd_recipes import (
     BatchKind,
     CacheEventType,
+    CompactedError,
     EtcdRecipeError,
     EventType,
     KeyValue,
@@ -63,6 +64,7 @@ from tests.helpers import ETCD_QUIET_BEFORE_KILL
 FAST = {"keepalive_time": 1, "keepalive_timeout": 0.5}
 PREFIX = "/chaos/"
 KEYS = [f"{PREFIX}k{i}" for i in range(6)]
+RANGE = range(2, 5)  # the range watch's keys: KEYS[2:5], i.e. [k2, k5)
 
 Op = tuple[str, str, bytes | None]  # (PUT|DELETE, key, value)
 
@@ -89,6 +91,11 @@ class Run:
     actions: list[str] = field(default_factory=list)
     watch_items: list[object] = field(default_factory=list)
     hook_snapshots: dict[int, dict[str, bytes]] = field(default_factory=dict)  # by anchor
+    # the same stream's other watches: a key range with its own hook, and one with no hook
+    range_items: list[object] = field(default_factory=list)
+    range_snapshots: dict[int, dict[str, bytes]] = field(default_factory=dict)
+    raw_items: list[object] = field(default_factory=list)
+    trio: bool = False  # whether the two above ran (the checker's own tests leave them out)
     batches: list[object] = field(default_factory=list)
     final_state: dict[str, bytes] = field(default_factory=dict)
     cache_state: dict[str, bytes] = field(default_factory=dict)
@@ -171,27 +178,62 @@ def _blame(v: Verdict, revisions: list[int], what: str) -> None:
         v.ours.append(what)
 
 
+def _in_range(history: dict[int, list[Op]], keys: range | None) -> dict[int, list[Op]]:
+    """The history restricted to ``KEYS[keys]`` (all of it for ``None``)."""
+    if keys is None:
+        return history
+    wanted = {KEYS[i] for i in keys}
+    out: dict[int, list[Op]] = {}
+    for rev, ops in history.items():
+        mine = [op for op in ops if op[1] in wanted]
+        if mine:
+            out[rev] = mine
+    return out
+
+
 def _check_plain(run: Run, v: Verdict) -> None:
-    history = run.history
+    _check_watch(run, v, "watch", run.watch_items, run.hook_snapshots, None)
+    if run.trio:
+        _check_watch(run, v, "range watch", run.range_items, run.range_snapshots, RANGE)
+        _check_watch(run, v, "raw watch", run.raw_items, None, None)
+
+
+def _check_watch(
+    run: Run,
+    v: Verdict,
+    name: str,
+    items: list[object],
+    snapshots: dict[int, dict[str, bytes]] | None,
+    keys: range | None,
+) -> None:
+    """One watch's items against etcd's history of its keys: every revision delivered once,
+    in order, or covered by a resync whose re-read is etcd's state. A watch without a hook
+    (``snapshots`` is None) may end with ``CompactedError`` and is checked up to its end."""
+    history = _in_range(run.history, keys)
+    final = _only(run.final_state, keys)
     nxt, mirror, resyncs = 2, {}, 0
-    for item in run.watch_items:
+    ended: object = None
+    for item in items:
+        if isinstance(item, BaseException):
+            ended = item
+            break
         if isinstance(item, WatchResynced):
             resyncs += 1
             anchor = item.anchor_revision
-            snapshot = run.hook_snapshots.get(anchor)
+            snapshot = None if snapshots is None else snapshots.get(anchor)
             if snapshot is None:
-                v.ours.append(f"watch: WatchResynced anchored at {anchor} by no hook call")
+                v.ours.append(f"{name}: WatchResynced anchored at {anchor} by no hook call")
                 continue
-            truth = state_at(history, anchor - 1)
+            truth = _only(state_at(run.history, anchor - 1), keys)
             if snapshot != truth:
                 _blame(
                     v,
                     [anchor - 1],
-                    f"watch: the resync read at {anchor - 1} differs from "
+                    f"{name}: the resync read at {anchor - 1} differs from "
                     f"etcd's history there: {_diff(snapshot, truth)}",
                 )
             if anchor < nxt:
-                v.ours.append(f"watch: resync anchored at {anchor}, behind delivered {nxt - 1}")
+                v.ours.append(f"{name}: resync anchored at {anchor}, behind delivered {nxt - 1}")
             mirror, nxt = dict(snapshot), anchor
             continue
         if not isinstance(item, WatchEvent):
@@ -201,7 +243,7 @@ def _check_plain(run: Run, v: Verdict) -> None:
             _blame(
                 v,
                 [rev],
-                f"watch: revision {rev} delivered again or out of order "
+                f"{name}: revision {rev} delivered again or out of order "
                 f"(expected {nxt} or later): {op}",
             )
             continue
@@ -210,20 +252,33 @@ def _check_plain(run: Run, v: Verdict) -> None:
             _blame(
                 v,
                 missing,
-                f"watch: revisions {missing} never delivered nor resynced "
-                f"({[history[r] for r in missing]})",
+                f"{name}: revisions {missing[:10]} never delivered nor resynced "
+                f"({len(missing)} in all: {[history[r] for r in missing[:5]]})",
             )
         if op not in history.get(rev, []):
-            _blame(v, [rev], f"watch: delivered {op} at {rev}; etcd's history: {history.get(rev)}")
+            _blame(v, [rev], f"{name}: delivered {op} at {rev}; etcd's history: {history.get(rev)}")
         _apply(mirror, op)
         nxt = rev + 1
+    v.resyncs[name] = resyncs
+    if ended is not None:
+        if snapshots is not None or not isinstance(ended, CompactedError):
+            v.ours.append(f"{name}: ended with {ended!r}")
+        elif not any(c >= nxt for c in run.compactions):
+            v.ours.append(f"{name}: CompactedError though no compaction passed {nxt - 1}")
+        return  # a raw watch's end: nothing more to deliver
     missing = [r for r in range(nxt, run.head + 1) if r in history]
     if missing:
-        _blame(v, missing, f"watch: revisions {missing[:10]} never delivered by the end")
-    if mirror != run.final_state:
-        msg = f"watch: its mirror differs from etcd at the end: {_diff(mirror, run.final_state)}"
+        _blame(v, missing, f"{name}: revisions {missing[:10]} never delivered by the end")
+    if mirror != final:
+        msg = f"{name}: its mirror differs from etcd at the end: {_diff(mirror, final)}"
         (v.etcd if v.tainted else v.ours).append(msg)
-    v.resyncs["watch"] = resyncs
+
+
+def _only(state: dict[str, bytes], keys: range | None) -> dict[str, bytes]:
+    if keys is None:
+        return state
+    wanted = {KEYS[i] for i in keys}
+    return {k: val for k, val in state.items() if k in wanted}
 
 
 def _check_cache(run: Run, v: Verdict) -> None:
@@ -388,14 +443,23 @@ async def read_history(client, run: Run) -> int:
 # ---------------------------------------------------------------------------- the schedule
 
 
-def schedule(rng: random.Random, kills: int, terms: int, cuts: int, compactions: int):
+def schedule(
+    rng: random.Random, kills: int, terms: int, cuts: int, compactions: int, stalls: int = 0
+):
     actions = ["kill"] * kills + ["term"] * terms + ["cut"] * cuts + ["compact"] * compactions
+    actions += ["stall"] * stalls
     rng.shuffle(actions)
     return actions
 
 
-async def chaos(server, seed: int, *, kills: int, terms: int, cuts: int, compactions: int):
+async def chaos(
+    server, seed: int, *, kills: int, terms: int, cuts: int, compactions: int, stalls: int = 0
+):
     rng = random.Random(seed)
+    # Half the runs watch with the client's default keep-alive (5 s + 2 s): a stall shorter
+    # than that is never noticed by the transport, so the stream lives through it.
+    watch_kwargs = FAST if rng.random() < 0.5 else {}
+    run_note = f"watch keepalive {'fast' if watch_kwargs else 'default'}"
     under_load = os.environ.get("ETCD_RECIPES_CHAOS_KILL_UNDER_LOAD") == "1"
     run = Run(seed)
     proxy = TcpProxy.for_endpoint(server.endpoint).start()
@@ -403,9 +467,10 @@ async def chaos(server, seed: int, *, kills: int, terms: int, cuts: int, compact
     try:
         async with (
             connect(**server.client_kwargs(), resilience=single) as direct,
-            connect(proxy.url, **FAST) as watch_client,
+            connect(proxy.url, **watch_kwargs) as watch_client,
             connect(proxy.url, **FAST) as cache_client,
         ):
+            run.actions.append(run_note)
 
             async def hook() -> int:
                 snap = await watch_client.range(PREFIX, prefix=True)
@@ -420,7 +485,34 @@ async def chaos(server, seed: int, *, kills: int, terms: int, cuts: int, compact
                 async for item in watch.items():
                     run.watch_items.append(item)
 
+            async def range_hook() -> int:
+                snap = await watch_client.range(KEYS[RANGE.start], range_end=KEYS[RANGE.stop])
+                anchor = snap.revision + 1
+                run.range_snapshots[anchor] = {kv.key.decode(): kv.value for kv in snap.kvs}
+                return anchor
+
+            # The issue-31 trio on one stream: the prefix with a hook (above), a key range
+            # with its own hook, and the prefix with none (it must end with CompactedError).
+            range_watch = watch_client.watch(
+                KEYS[RANGE.start], range_end=KEYS[RANGE.stop], start_revision=2, resync=range_hook
+            )
+            raw_watch = watch_client.watch(PREFIX, prefix=True, start_revision=2)
+            await range_watch.start()
+            await raw_watch.start()
+            run.trio = True
+
+            async def consume_other(w, items: list[object]) -> None:
+                try:
+                    async for item in w.items():
+                        items.append(item)
+                except EtcdRecipeError as exc:
+                    items.append(exc)
+
             consumer = asyncio.create_task(consume())
+            others = [
+                asyncio.create_task(consume_other(range_watch, run.range_items)),
+                asyncio.create_task(consume_other(raw_watch, run.raw_items)),
+            ]
             cache = PrefixCache(cache_client, PREFIX)
             batches = cache.events(maxsize=100_000)
             await cache.start()
@@ -484,7 +576,28 @@ async def chaos(server, seed: int, *, kills: int, terms: int, cuts: int, compact
                 await asyncio.sleep(rng.uniform(0.05, 0.3))
                 proxy.restore()
 
-            for action in schedule(rng, kills, terms, cuts, compactions):
+            async def compact_while_stalled() -> None:
+                # The connection stays open: held (stall) or dropped (blackhole) bytes, no
+                # cut. The writer goes on meanwhile, so the server's send side backs up,
+                # then the history is compacted at the head before the network heals.
+                stalled = rng.random() < 0.6
+                proxy.stall() if stalled else proxy.blackhole()
+                await asyncio.sleep(rng.uniform(0.3, 2.5))
+                await writer.pause()
+                head = await read_history(direct, run)
+                floor = run.compactions[-1] + 1 if run.compactions else 2
+                if head >= floor:
+                    await direct.compact(head, physical=rng.random() < 0.5)
+                    run.compactions.append(head)
+                    run.actions.append(
+                        f"{'stall' if stalled else 'blackhole'}+compact@{head}"
+                        f"(resume {watch.resume_revision})"
+                    )
+                writer.resume()
+                await asyncio.sleep(rng.uniform(0.1, 1.0))
+                proxy.restore()
+
+            for action in schedule(rng, kills, terms, cuts, compactions, stalls):
                 await asyncio.sleep(rng.uniform(0.1, 0.6))
                 run.actions.append(action)
                 if action == "kill":
@@ -499,6 +612,8 @@ async def chaos(server, seed: int, *, kills: int, terms: int, cuts: int, compact
                         proxy.cut()
                         await asyncio.sleep(rng.uniform(0.1, 0.8))
                         proxy.restore()
+                elif action == "stall":
+                    await compact_while_stalled()
                 else:
                     await compact_while_cut()
 
@@ -506,7 +621,9 @@ async def chaos(server, seed: int, *, kills: int, terms: int, cuts: int, compact
             await writer.stop()
             head = await read_history(direct, run)
             deadline = time.monotonic() + 20
-            while watch.resume_revision <= head and time.monotonic() < deadline:
+            while time.monotonic() < deadline and (
+                watch.resume_revision <= head or range_watch.resume_revision <= head
+            ):
                 await asyncio.sleep(0.05)
             with _suppress():
                 await cache.wait_for_revision(head, timeout=max(deadline - time.monotonic(), 1))
@@ -515,8 +632,10 @@ async def chaos(server, seed: int, *, kills: int, terms: int, cuts: int, compact
             run.final_state = {kv.key.decode(): kv.value for kv in final.kvs}
             run.cache_state = dict(cache.items())
             await watch.aclose()
+            await range_watch.aclose()
+            await raw_watch.aclose()
             await cache.aclose()
-            for task in (consumer, cache_consumer):
+            for task in (consumer, cache_consumer, *others):
                 task.cancel()
                 with _suppress():
                     await task
@@ -549,12 +668,17 @@ def _seed() -> int:
 async def test_watchers_match_etcd_history_through_random_faults(fresh_etcd_server):
     seed = _seed()
     started = time.monotonic()
-    counts = os.environ.get(
-        "ETCD_RECIPES_CHAOS_SCHEDULE", "4,2,3,3"
-    )  # kills,terms,cuts,compactions
-    kills, terms, cuts, compactions = (int(n) for n in counts.split(","))
+    # kills,terms,cuts,compactions[,stalls]; issue 31's trial was "0,10,5,0,3"
+    counts = [int(n) for n in os.environ.get("ETCD_RECIPES_CHAOS_SCHEDULE", "4,2,3,3,2").split(",")]
+    kills, terms, cuts, compactions, stalls = [*counts, 0][:5]
     run = await chaos(
-        fresh_etcd_server, seed, kills=kills, terms=terms, cuts=cuts, compactions=compactions
+        fresh_etcd_server,
+        seed,
+        kills=kills,
+        terms=terms,
+        cuts=cuts,
+        compactions=compactions,
+        stalls=stalls,
     )
     verdict = check(run)
     took = time.monotonic() - started
@@ -642,8 +766,6 @@ async def test_resume_exactly_at_the_compact_revision_does_not_skip_a_delete(
                 assert resynced[0].compact_revision == deleted.revision
                 assert events == [(2, EventType.PUT), (3, EventType.PUT), (5, EventType.PUT)]
             else:
-                from etcd_recipes import CompactedError
-
                 assert isinstance(items[-1], CompactedError), items
                 assert events == [(2, EventType.PUT), (3, EventType.PUT)]
             await watch.aclose()
@@ -711,7 +833,7 @@ async def test_a_compaction_pending_across_a_stream_failure_resyncs_once(fresh_e
 
 
 async def test_an_idle_watch_is_synced_again_after_a_reconnect(
-    etcd_proxy, etcd_client, etcd_prefix
+    ordered_progress, etcd_proxy, etcd_client, etcd_prefix
 ):
     """Re-creating one revision early must not cost an idle watch its "caught up" status:
     with nothing written since its resume point it is re-created at that point itself, so a

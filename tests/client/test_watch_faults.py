@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
 
 import pytest
 
@@ -293,7 +294,9 @@ async def test_resync_watch_behind_compaction_while_disconnected(fresh_etcd_serv
     assert rec.index(WatchSuspended) < rec.index(WatchResynced)
 
 
-async def test_progress_request_advances_an_idle_synced_watch(etcd_client, etcd_prefix):
+async def test_progress_request_advances_an_idle_synced_watch(
+    ordered_progress, etcd_client, etcd_prefix
+):
     async with etcd_client.watch(etcd_prefix + "idle") as watch:
         created_at = watch.resume_revision
         assert created_at > 0  # anchored at "now" once the server confirmed it
@@ -312,7 +315,7 @@ async def test_progress_request_advances_an_idle_synced_watch(etcd_client, etcd_
 
 
 async def test_progress_request_does_not_skip_a_replaying_watch(
-    etcd_proxy, etcd_client, etcd_prefix
+    ordered_progress, etcd_proxy, etcd_client, etcd_prefix
 ):
     """A watch replaying history is not yet synced on the server, yet etcd 3.5.1 answers a
     progress request at once with the store's head revision (watch_id -1). If the watch took
@@ -338,7 +341,7 @@ async def test_progress_request_does_not_skip_a_replaying_watch(
 
 @pytest.mark.slow
 async def test_progress_request_does_not_skip_a_watch_catching_up_in_batches(
-    etcd_proxy, etcd_client, etcd_prefix
+    ordered_progress, etcd_proxy, etcd_client, etcd_prefix
 ):
     """etcd replays history to an unsynced watch in batches of at most 1000 revisions, one
     batch per 100 ms. A watch that has delivered past the head it was created at may still be
@@ -396,7 +399,9 @@ async def test_plain_iteration_yields_only_data_events_across_a_restart(fresh_et
         assert [type(r) for r in recoveries] == [WatchSuspended, WatchResubscribed]
 
 
-async def test_items_with_progress_yield_confirmations_in_order(etcd_client, etcd_prefix):
+async def test_items_with_progress_yield_confirmations_in_order(
+    ordered_progress, etcd_client, etcd_prefix
+):
     """A watch created above the head is synced: a progress request confirms the revision
     in-band, after the events it covers. A replaying watch gets no such confirmation (etcd
     3.5.1 answers stream-wide even while a watch replays; see test above)."""
@@ -418,3 +423,125 @@ async def test_items_with_progress_yield_confirmations_in_order(etcd_client, etc
         last = await etcd_client.put(key, b"2")
         item = await asyncio.wait_for(plain.__anext__(), 5)
         assert isinstance(item, WatchEvent) and item.revision == last.revision
+
+
+def _server_watchers(url: str) -> int:
+    """etcd's count of server-side watchers (its /metrics endpoint)."""
+    text = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
+    for line in text.splitlines():
+        if line.startswith("etcd_debugging_mvcc_watcher_total "):
+            return int(float(line.split()[1]))
+    raise AssertionError("no watcher metric")
+
+
+async def _watchers_reach(url: str, expected: int) -> int:
+    deadline = time.monotonic() + 5
+    count = await asyncio.to_thread(_server_watchers, url)
+    while count != expected and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+        count = await asyncio.to_thread(_server_watchers, url)
+    return count
+
+
+@pytest.mark.parametrize("with_hook", [False, True], ids=["raw", "resync-hook"])
+async def test_a_compacted_watch_leaves_no_watcher_behind_on_etcd(fresh_etcd_server, with_hook):
+    """etcd keeps a watcher it reported compacted registered on the stream until the client
+    cancels it (issue 31: the count went 0 -> 1 and stayed while the stream lived). A raw
+    watch ending with CompactedError leaves none; a resynced one leaves exactly its re-create."""
+    url = fresh_etcd_server.url
+    async with connect(**fresh_etcd_server.client_kwargs()) as client:
+        keeper = client.watch("/keeper")  # keeps the shared stream open throughout
+        await keeper.start()
+        base = await _watchers_reach(url, 1)
+        assert base == 1
+        first = await client.put("/c/k", b"1")
+        second = await client.put("/c/k", b"2")
+        await client.compact(second.revision)
+
+        async def hook() -> int:
+            return (await client.range("/c/", prefix=True)).revision + 1
+
+        watch = client.watch(
+            "/c/", prefix=True, start_revision=first.revision, resync=hook if with_hook else None
+        )
+        items: list[object] = []
+        async with watch:
+            if with_hook:
+                async for item in watch.items():
+                    items.append(item)
+                    if isinstance(item, WatchResynced):
+                        break
+                assert await _watchers_reach(url, base + 1) == base + 1  # its re-create only
+            else:
+                with pytest.raises(CompactedError):
+                    async for item in watch.items():
+                        items.append(item)
+                assert await _watchers_reach(url, base) == base, items
+        assert await _watchers_reach(url, base) == base
+        await keeper.aclose()
+
+
+async def test_progress_answers_of_an_early_sending_server_lose_no_event(etcd_client, etcd_prefix):
+    """etcd before 3.5.8 sends the answer to a progress request ahead of events still queued
+    for the stream (etcd-io/etcd#15220). A watch that believed it took those events for
+    replayed ones and dropped them: 38-57 of ~12,000 events lost with eight writers and a
+    request every 2 ms. The client learns the server's version and ignores such answers."""
+    prefix = etcd_prefix + "busy/"
+    async with etcd_client.watch(prefix, prefix=True) as watch:
+        items: list[object] = []
+
+        async def consume() -> None:
+            async for item in watch.items_and_progress():
+                items.append(item)
+
+        consumer = asyncio.create_task(consume())
+        hub = etcd_client._watch_hub
+        await eventually(lambda: hub.progress_ordered is not None, what="the server's version")
+        assert hub.progress_ordered is False  # etcd 3.5.1
+        written: list[int] = []
+        stop = time.monotonic() + 2.0
+
+        async def write(i: int) -> None:
+            n = 0
+            while time.monotonic() < stop:
+                n += 1
+                value = b"x" * 200 + str(n).encode()
+                written.append((await etcd_client.put(f"{prefix}k{i}", value)).revision)
+
+        async def ask() -> None:
+            while time.monotonic() < stop:
+                etcd_client.request_progress()
+                await asyncio.sleep(0.002)
+
+        await asyncio.gather(*(write(i) for i in range(8)), ask())
+        written.sort()
+        seen = lambda: [i.revision for i in items if isinstance(i, WatchEvent)]  # noqa: E731
+        await eventually(lambda: len(seen()) >= len(written), timeout=10, what="every write")
+        await asyncio.sleep(0.1)  # anything late
+        assert seen() == written
+        assert not any(isinstance(i, WatchProgress) for i in items)
+        consumer.cancel()
+
+
+async def test_an_early_sending_server_s_progress_answer_moves_no_watch(etcd_client, etcd_prefix):
+    """On etcd 3.5.1 a progress request is answered (the stream-wide reply arrives), but the
+    client ignores it: an idle watch's resume point stays where its own events put it."""
+    async with etcd_client.watch(etcd_prefix + "idle") as watch:
+        items = watch.items_and_progress()
+        hub = etcd_client._watch_hub
+        await eventually(lambda: hub.progress_ordered is not None, what="the server's version")
+        before = watch.resume_revision
+        head = (await etcd_client.put(etcd_prefix + "other", b"x")).revision
+        assert head >= before
+        first = asyncio.create_task(_first(items))
+        etcd_client.request_progress()
+        await asyncio.sleep(0.5)  # etcd 3.5.1 answers within a millisecond
+        assert not first.done() and watch.resume_revision == before
+        # the watch itself goes on: the next item is the next event, not a progress
+        written = await etcd_client.put(etcd_prefix + "idle", b"1")
+        item = await asyncio.wait_for(first, 5)
+        assert isinstance(item, WatchEvent) and item.revision == written.revision
+
+
+async def _first(items):
+    return await items.__anext__()

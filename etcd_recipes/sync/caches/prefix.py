@@ -160,9 +160,11 @@ class PrefixCache(Recipe, Generic[ValueT], twin_of=_async.PrefixCache):
         cache's revision. Raises :class:`~etcd_recipes.errors.EtcdTimeoutError` after
         ``timeout`` seconds.
 
-        Asks etcd for watch progress; where no answer comes (``etcd grpc-proxy`` does not
-        forward progress requests), proves with two reads (a count, and the keys modified
-        since) that the range did not change since the cache's revision.
+        Proves with two reads (a count, and the keys modified since) that the range did not
+        change since the cache's revision, else waits for the watch: its events, or etcd's
+        answer to a progress request (etcd 3.5.8 or later; older servers' answers and
+        ``etcd grpc-proxy``, which forwards none, leave it to the reads). A read that fails
+        meanwhile (a cut, a restart) is retried until the timeout, never raised.
 
         Example::
 
