@@ -99,6 +99,12 @@ class _FieldsFilter(logging.Filter):
 _FILTER = _FieldsFilter()
 
 
+# The logging HOWTO's rule for libraries: a NullHandler on the top logger, so that records
+# never reach Python's last-resort handler (stderr) in an application that configured no
+# logging; an application that does configure it sees them as usual.
+logging.getLogger("etcd_recipes").addHandler(logging.NullHandler())
+
+
 def library_logger(name: str) -> logging.Logger:
     """The logger ``name`` with the structured-fields filter installed (once).
 
