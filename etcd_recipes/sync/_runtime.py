@@ -96,7 +96,14 @@ from ._calls import (
 if TYPE_CHECKING:
     from ._twin import SyncTwin
 
-__all__ = ["FACADE_CLEANUP_WAIT", "Runtime", "fail_after", "running_loop_here"]
+__all__ = [
+    "FACADE_CLEANUP_WAIT",
+    "Runtime",
+    "fail_after",
+    "register_twin_class",
+    "running_loop_here",
+    "twin_class_for",
+]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -122,6 +129,24 @@ _POLL = 0.25  # the waiting thread wakes this often (Ctrl-C is seen on every pla
 _ids = itertools.count(1)
 _runtimes: weakref.WeakSet[Runtime] = weakref.WeakSet()
 log = logging.getLogger("etcd_recipes.sync")
+
+_TWINS: dict[type, type[SyncTwin]] = {}
+"""Async class -> its twin class: the runtime owns the registry it wraps results with, so
+``_twin`` imports the runtime and never the other way round (no run-time import cycle)."""
+
+
+def register_twin_class(async_type: type, twin: type[SyncTwin]) -> None:
+    """Record ``twin`` as the blocking twin of ``async_type`` (``SyncTwin.__init_subclass__``)."""
+    _TWINS[async_type] = twin
+
+
+def twin_class_for(async_type: type) -> type[SyncTwin]:
+    """The twin class registered for ``async_type`` (or its nearest twinned base)."""
+    for klass in async_type.__mro__:
+        twin = _TWINS.get(klass)
+        if twin is not None:
+            return twin
+    raise TypeError(f"etcd_recipes.sync has no blocking twin for {async_type.__qualname__}")
 
 
 class Runtime:
@@ -447,8 +472,6 @@ class Runtime:
         """The sync twin of the async ``obj`` (the same one each time), or ``None`` for ``None``."""
         if obj is None:
             return None
-        from ._twin import twin_class_for
-
         with self._lock:
             existing = self._twins.get(id(obj))
             if existing is not None and existing._a is obj:

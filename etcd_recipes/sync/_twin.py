@@ -24,22 +24,11 @@ from typing import Any, Generic, TypeVar
 
 from ..errors import InvalidArgumentTypeError
 from ._calls import running_loop_here
-from ._runtime import Runtime
+from ._runtime import Runtime, register_twin_class, twin_class_for
 
 __all__ = ["SyncContextManager", "SyncIterator", "SyncTwin", "check_twin", "twin_class_for"]
 
 T = TypeVar("T")
-
-_TWINS: dict[type, type[SyncTwin]] = {}
-
-
-def twin_class_for(async_type: type) -> type[SyncTwin]:
-    """The twin class registered for ``async_type`` (or its nearest twinned base)."""
-    for klass in async_type.__mro__:
-        twin = _TWINS.get(klass)
-        if twin is not None:
-            return twin
-    raise TypeError(f"etcd_recipes.sync has no blocking twin for {async_type.__qualname__}")
 
 
 def check_twin(value: object, what: str) -> None:
@@ -67,7 +56,7 @@ class SyncTwin:
     def __init_subclass__(cls, /, twin_of: type | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if twin_of is not None:
-            _TWINS[twin_of] = cls
+            register_twin_class(twin_of, cls)
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError(
