@@ -4,9 +4,10 @@ Run by hand (not part of the test suite)::
 
     .venv/bin/python benchmarks/sync_portal.py [--calls 3000] [--rounds 5]
 
-Alternates rounds of no-op calls through ``etcd_recipes.sync._runtime.Runtime`` and through a
-``BlockingPortal`` from ``anyio.from_thread.start_blocking_portal()``, for a coroutine and for
-a plain function, and prints the medians (the numbers quoted in ``sync/_runtime.py``).
+Alternates rounds of no-op calls through ``etcd_recipes.sync._runtime.runtime.Runtime`` and
+through a ``BlockingPortal`` from ``anyio.from_thread.start_blocking_portal()``, for a coroutine
+and for a plain function, and prints the medians (the numbers quoted in
+``sync/_runtime/runtime.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 from anyio.from_thread import start_blocking_portal
 
-from etcd_recipes.sync._runtime import Runtime
+from etcd_recipes.sync._runtime.runtime import Runtime
 
 
 async def noop_coroutine() -> None:

@@ -24,7 +24,7 @@ from etcd_recipes.sync import (
     TransientKeyValue,
     fail_after,
 )
-from etcd_recipes.sync._twin import SyncTwin
+from etcd_recipes.sync._runtime.twin import SyncTwin
 
 
 def test_sync_package_exports_everything_the_async_package_does() -> None:

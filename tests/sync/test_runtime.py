@@ -28,7 +28,7 @@ from etcd_recipes.sync import (
     connect,
     fail_after,
 )
-from etcd_recipes.sync._twin import SyncContextManager
+from etcd_recipes.sync._runtime.twin import SyncContextManager
 
 from .conftest import raised_by_closing
 
@@ -318,7 +318,7 @@ def test_client_closed_while_a_block_is_open(etcd_server: Any) -> None:
 
 def test_the_facade_waits_as_long_as_the_longest_async_cleanup() -> None:
     from etcd_recipes._core.waiting import CLEANUP_TIMEOUT
-    from etcd_recipes.sync._runtime import FACADE_CLEANUP_WAIT
+    from etcd_recipes.sync._runtime.runtime import FACADE_CLEANUP_WAIT
 
     # A recipe's aclose() is bounded at twice one cleanup (_core/recipe.py): 10 s today.
     assert FACADE_CLEANUP_WAIT == 2 * CLEANUP_TIMEOUT == 10.0

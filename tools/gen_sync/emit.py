@@ -12,7 +12,7 @@ from .plan import Canon, ClassPlan, Func, GenError, Member, Module, Plan, out_na
 from .rules import HEADER, PACKAGE_DOC, SYNC_ONLY
 
 Lines = list[str]  # lines of generated code
-TWIN, IND = "etcd_recipes.sync._twin", "    "
+TWIN, IND = "etcd_recipes.sync._runtime.twin", "    "
 ASYNC_ITERS = ("AsyncIterator", "AsyncIterable", "AsyncGenerator")
 ACM, AWAITS = ("contextlib", "AbstractAsyncContextManager"), ("Awaitable", "Coroutine")
 CONTAINERS = {"cm": ("contextlib", "AbstractContextManager")}
@@ -278,7 +278,7 @@ class Writer:
                 f"{ctx.path}: {fn.name}() takes no twinned argument, so it must return a "
                 "twinned object (a new client that owns its runtime)"
             )
-        self.need("etcd_recipes.sync._runtime", "Runtime")
+        self.need("etcd_recipes.sync._runtime.runtime", "Runtime")
         factory = "Runtime.create_awaiting" if is_async else "Runtime.create"
         lines += call(factory, [target, *args], lv + 1, f"runtime{x}, value{x} = ")
         body = [f"result{x}: {result.annotation} = runtime{x}.twin(value{x}, None)"]
@@ -441,7 +441,7 @@ def package_text(plan: Plan) -> str:
     for module, name in [*pairs, *SYNC_ONLY]:
         exports.setdefault(module, set()).add(name)
     every = sorted({n for _, n in [*pairs, *SYNC_ONLY]})
-    head = [HEADER.format(source="the export list etcd_recipes/__init__.py"), PACKAGE_DOC]
+    head = [HEADER.format(source="etcd_recipes/__init__.py"), PACKAGE_DOC]
     return "\n".join([*head, *imports(exports, 0), f"__all__ = {every!r}", PACKAGE_TAIL]) + "\n"
 
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import anyio
 
-from .._core.caller import thread_caller
-from ..errors import UsageError
+from ..._core.caller import thread_caller
+from ...errors import UsageError
 
 __all__ = [
     "Call",

@@ -14,7 +14,7 @@ Example::
 
     import threading
 
-    from etcd_recipes.sync._callbacks import Callbacks
+    from etcd_recipes.sync._runtime.callbacks import Callbacks
 
     seen = []
     callbacks = Callbacks("doc-callbacks")

@@ -14,7 +14,7 @@ hand-off, the same guards, deadline and errors):
 * calling from a thread with a running event loop (including the loop thread itself) raises
   :class:`~etcd_recipes.errors.UsageError` instead of deadlocking;
 * listeners run on one listener thread per runtime (in order, off the loop); hooks the async
-  API awaits run in anyio worker threads and may call back into the facade (``_callbacks``);
+  API awaits run in anyio worker threads and may call back into the facade (``callbacks``);
 * :meth:`Runtime.stop` cancels what is still running, closes the root object (the async
   client), stops the loop and joins every thread the runtime started.
 
@@ -22,14 +22,14 @@ hand-off, the same guards, deadline and errors):
 the portal as the well-kept tool, and it does give what a facade needs first: a loop in a
 daemon thread with a clean start and stop (``start_blocking_portal``), ``call()`` for
 coroutines and plain functions, and ``wrap_async_context_manager`` entering and exiting in one
-task (the design :class:`~._calls.ContextRun` follows). What it lacks is the contract this
+task (the design :class:`~.calls.ContextRun` follows). What it lacks is the contract this
 facade exists for (§4): when the waiting thread gets ``KeyboardInterrupt`` or a
 :func:`fail_after` deadline passes, cancel the coroutine and *wait for its cleanup* before
 raising. A portal call is a ``concurrent.futures.Future``; ``future.cancel()`` cancels the
 task's scope but marks the future done at once, before the cleanup has even started (checked
 with anyio 4.16), and nothing else reports the task's end -- so the wait-for-cleanup needs
 this module's own per-call done flag and scope either way, which is most of
-:class:`~._calls.Call`. It has no deadlines (``fail_after`` here is a per-thread stack carried
+:class:`~.calls.Call`. It has no deadlines (``fail_after`` here is a per-thread stack carried
 into each call's cancel scope, so the timeout and the cleanup wait are one mechanism), no fork
 detection (in a forked child ``portal.call()`` waits forever; here it raises
 :class:`~etcd_recipes.errors.ForkedProcessError`), no shutdown order (calls first, then the
@@ -50,7 +50,7 @@ Example::
 
     import asyncio
 
-    from etcd_recipes.sync._runtime import Runtime
+    from etcd_recipes.sync._runtime.runtime import Runtime
 
     rt = Runtime()
     try:
@@ -77,13 +77,13 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import anyio
 
-from .._core.blocking import FAIL_AFTER_EXPIRED
-from .._core.caller import CALLER
-from .._core.rpc import Unary
-from .._core.waiting import CLEANUP_TIMEOUT
-from ..errors import ClientClosedError, EtcdTimeoutError, ForkedProcessError, UsageError
-from ._callbacks import Callbacks
-from ._calls import (
+from ..._core.blocking import FAIL_AFTER_EXPIRED
+from ..._core.caller import CALLER
+from ..._core.rpc import Unary
+from ..._core.waiting import CLEANUP_TIMEOUT
+from ...errors import ClientClosedError, EtcdTimeoutError, ForkedProcessError, UsageError
+from .callbacks import Callbacks
+from .calls import (
     Call,
     ContextRun,
     current_deadline,
@@ -94,9 +94,16 @@ from ._calls import (
 )
 
 if TYPE_CHECKING:
-    from ._twin import SyncTwin
+    from .twin import SyncTwin
 
-__all__ = ["FACADE_CLEANUP_WAIT", "Runtime", "fail_after", "running_loop_here"]
+__all__ = [
+    "FACADE_CLEANUP_WAIT",
+    "Runtime",
+    "fail_after",
+    "register_twin_class",
+    "running_loop_here",
+    "twin_class_for",
+]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -122,6 +129,24 @@ _POLL = 0.25  # the waiting thread wakes this often (Ctrl-C is seen on every pla
 _ids = itertools.count(1)
 _runtimes: weakref.WeakSet[Runtime] = weakref.WeakSet()
 log = logging.getLogger("etcd_recipes.sync")
+
+_TWINS: dict[type, type[SyncTwin]] = {}
+"""Async class -> its twin class: the runtime owns the registry it wraps results with, so
+``twin`` imports the runtime and never the other way round (no run-time import cycle)."""
+
+
+def register_twin_class(async_type: type, twin: type[SyncTwin]) -> None:
+    """Record ``twin`` as the blocking twin of ``async_type`` (``SyncTwin.__init_subclass__``)."""
+    _TWINS[async_type] = twin
+
+
+def twin_class_for(async_type: type) -> type[SyncTwin]:
+    """The twin class registered for ``async_type`` (or its nearest twinned base)."""
+    for klass in async_type.__mro__:
+        twin = _TWINS.get(klass)
+        if twin is not None:
+            return twin
+    raise TypeError(f"etcd_recipes.sync has no blocking twin for {async_type.__qualname__}")
 
 
 class Runtime:
@@ -447,8 +472,6 @@ class Runtime:
         """The sync twin of the async ``obj`` (the same one each time), or ``None`` for ``None``."""
         if obj is None:
             return None
-        from ._twin import twin_class_for
-
         with self._lock:
             existing = self._twins.get(id(obj))
             if existing is not None and existing._a is obj:
@@ -464,7 +487,7 @@ class Runtime:
             self._twins[id(twin._a)] = twin
 
     def listener(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """Wrap a listener so it runs on this runtime's listener thread (see ``_callbacks``)."""
+        """Wrap a listener so it runs on this runtime's listener thread (see ``callbacks``)."""
         return self._callbacks.listener(fn, awaitable=True)
 
     def listener_nowait(self, fn: Callable[..., Any]) -> Callable[..., None]:

@@ -1,6 +1,6 @@
 """Base class and helpers of the generated blocking twins (hand-written, not generated).
 
-A twin holds the async object it mirrors (``_a``), the :class:`~._runtime.Runtime` whose loop
+A twin holds the async object it mirrors (``_a``), the :class:`~.runtime.Runtime` whose loop
 owns that object (``_rt``) and, for objects derived from a client, the client's twin
 (``_root``), which keeps the client -- and so the loop -- alive while the object is in use.
 Twins are registered per async class so :meth:`Runtime.twin` can wrap results generically.
@@ -8,7 +8,7 @@ Twins are registered per async class so :meth:`Runtime.twin` can wrap results ge
 Example::
 
     import etcd_recipes
-    from etcd_recipes.sync._twin import SyncTwin, twin_class_for
+    from etcd_recipes.sync._runtime.twin import SyncTwin, twin_class_for
 
     assert isinstance(client, SyncTwin)  # so is every object the facade hands out
     assert twin_class_for(etcd_recipes.EtcdClient) is type(client)
@@ -22,24 +22,13 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from ..errors import InvalidArgumentTypeError
-from ._calls import running_loop_here
-from ._runtime import Runtime
+from ...errors import InvalidArgumentTypeError
+from .calls import running_loop_here
+from .runtime import Runtime, register_twin_class, twin_class_for
 
 __all__ = ["SyncContextManager", "SyncIterator", "SyncTwin", "check_twin", "twin_class_for"]
 
 T = TypeVar("T")
-
-_TWINS: dict[type, type[SyncTwin]] = {}
-
-
-def twin_class_for(async_type: type) -> type[SyncTwin]:
-    """The twin class registered for ``async_type`` (or its nearest twinned base)."""
-    for klass in async_type.__mro__:
-        twin = _TWINS.get(klass)
-        if twin is not None:
-            return twin
-    raise TypeError(f"etcd_recipes.sync has no blocking twin for {async_type.__qualname__}")
 
 
 def check_twin(value: object, what: str) -> None:
@@ -67,7 +56,7 @@ class SyncTwin:
     def __init_subclass__(cls, /, twin_of: type | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if twin_of is not None:
-            _TWINS[twin_of] = cls
+            register_twin_class(twin_of, cls)
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError(
