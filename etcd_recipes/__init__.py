@@ -40,22 +40,10 @@ Example::
 
 from __future__ import annotations
 
-from ._core.lease import AcquisitionLease, SelfHealingLease
 from ._core.logctx import LOG_FIELDS, RecipeContextFilter, current_recipe
-from ._core.recipe import BackgroundException, Recipe
 from ._core.streams import EventStream
-from ._core.txn import (
-    Cmp,
-    CmpResult,
-    CmpTarget,
-    Compare,
-    DeleteOp,
-    GetOp,
-    Op,
-    PutOp,
-    TxnOp,
-)
-from ._core.watch import Watch, WatchItem
+from ._core.txn import Cmp, CmpResult, CmpTarget, Compare, DeleteOp, GetOp, Op, PutOp, TxnOp
+from ._recipe.recipe import BackgroundException, Recipe
 from .barriers.barrier import DistributedBarrier
 from .barriers.counted import DistributedBarrierWithCount
 from .barriers.double import DistributedDoubleBarrier
@@ -70,6 +58,8 @@ from .caches.events import BatchKind, CacheBatch, CacheEntry, CacheEvent, CacheE
 from .caches.node import NodeCache, NodeCacheEvent, NodeCacheEventType
 from .caches.prefix import PrefixCache
 from .client import EtcdClient, connect
+from .client.lease import AcquisitionLease, SelfHealingLease
+from .client.watch import Watch, WatchItem
 from .codecs import (
     BYTES,
     INT32,

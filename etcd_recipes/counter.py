@@ -28,9 +28,10 @@ import asyncio
 import random
 from typing import TYPE_CHECKING
 
-from ._core.recipe import Recipe
 from ._core.txn import Cmp, Op
-from ._core.validate import INT64_MAX, check_client, check_int64, check_path
+from ._core.validate import INT64_MAX, check_int64, check_path
+from ._recipe.recipe import Recipe
+from .client import check_client
 from .codecs import INT64
 from .errors import InvalidArgumentError
 from .types import RangeResult
@@ -72,7 +73,7 @@ class DistributedAtomicLong(Recipe):
         metrics_name: str = "",
     ) -> None:
         super().__init__(client, path, client_id=client_id, metrics_name=metrics_name)
-        self.default = check_int64(default, what="default")
+        self.default: int = check_int64(default, what="default")
 
     async def _do_start(self) -> None:
         await self._create_if_missing()

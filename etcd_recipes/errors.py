@@ -1,7 +1,7 @@
 """The exception hierarchy of etcd-recipes.
 
 Every error this library raises derives from :class:`EtcdRecipeError`. Raw gRPC errors never
-leak to callers: :func:`etcd_recipes._core.rpc.map_grpc_error` translates them into the classes
+leak to callers: :func:`etcd_recipes.client.rpc.map_grpc_error` translates them into the classes
 below, each with a message a user can act on.
 
 Misuse errors are also the matching built-in (``ValueError``/``RuntimeError``), and timeouts

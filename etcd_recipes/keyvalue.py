@@ -29,11 +29,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ._core.lease import SelfHealingLease
-from ._core.outcomes import lease_lost_kind
-from ._core.recipe import Recipe
 from ._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from ._core.validate import check_ttl
+from ._recipe.outcomes import lease_lost_kind
+from ._recipe.recipe import Recipe
+from .client.lease import SelfHealingLease
 from .codecs import Codec, to_bytes
 from .errors import LeaseEventError
 from .events import LeaseEvent, LeaseRestored, LeaseResumed
@@ -82,10 +82,10 @@ class TransientKeyValue(Recipe, Generic[T]):
         metrics_name: str = "",
     ) -> None:
         super().__init__(client, key, client_id=client_id, metrics_name=metrics_name)
-        self.value = value
+        self.value: T | bytes | str = value
         """The value as given."""
         self._data = codec.encode(value) if codec is not None else to_bytes(value)  # type: ignore[arg-type]
-        self.lease_ttl = check_ttl(lease_ttl, what="lease_ttl")
+        self.lease_ttl: int = check_ttl(lease_ttl, what="lease_ttl")
         self._lease: SelfHealingLease | None = None
         self._lease_events: Broadcast[LeaseEvent] = self._broadcast("lease")
 

@@ -203,13 +203,31 @@ class WatchResilience:
 
     ``retry_policy`` paces re-subscription attempts; when it gives up the watch reports
     ``Failed``. ``progress_notify`` asks etcd for progress notifications, which advance the
-    resume revision of idle watches.
+    resume revision of idle watches. ``stall_timeout`` (seconds, ``None``: off) bounds how
+    long the client's watch stream may stay open and silent -- no event, no answer to a
+    progress request sent at half the bound -- before it is treated as failed and re-opened;
+    it applies to servers that answer progress requests (etcd does, ``etcd grpc-proxy`` does
+    not) and is read from the client's configuration (``ResilienceConfig.watch``), since all
+    watches of a client share one stream.
+
+    Example::
+
+        from etcd_recipes import ResilienceConfig, WatchResilience, connect
+
+        quick = ResilienceConfig(watch=WatchResilience(stall_timeout=6.0))
+        async with connect(endpoints, resilience=quick) as app:
+            assert app.resilience.watch.stall_timeout == 6.0
     """
 
     retry_policy: RetryPolicy = field(
         default_factory=lambda: RetryPolicy.exponential_backoff(initial_delay=0.05, max_delay=2.0)
     )
     progress_notify: bool = True
+    stall_timeout: float | None = 15.0
+
+    def __post_init__(self) -> None:
+        if self.stall_timeout is not None:
+            _check_timeout("stall_timeout", self.stall_timeout)
 
     @classmethod
     def disabled(cls) -> WatchResilience:

@@ -1,12 +1,18 @@
 """The layering rules of ``DESIGN.md`` §1, checked on the source (AST), not by convention.
 
-* Recipes reach etcd only through the public client: outside ``client.py``, ``_core/``,
-  ``_proto/`` and the blocking facade's hand-written runtime, no module imports ``grpc``,
-  ``aetcd``, ``google.protobuf`` or ``etcd_recipes._proto``, and none touches a private
-  attribute of a client (``client._x``, ``self._client._x``).
+* Recipes reach etcd only through the public client: outside ``client/`` and ``_proto/``
+  (and the blocking facade's hand-written runtime), no module imports ``grpc``, ``aetcd``,
+  ``google.protobuf`` or ``etcd_recipes._proto``, and none touches a private attribute of a
+  client (``client._x``, ``self._client._x``).
 * A family owns its private code: a name starting with ``_`` (or any name from an underscore
-  module) is imported only inside the family that defines it. ``_core`` is the shared
-  machinery every family may use, through its non-underscore names.
+  module) is imported only inside the family that defines it. The floors (``_core``,
+  ``client``, ``_recipe``) are shared by every family, through their non-underscore names.
+* The floors read bottom-up: the ground floor (leaf modules, ``_core/``, ``_proto/``) ->
+  ``client/`` -> ``_recipe/`` -> the families -> ``testing/`` -> the integrations, the CLI,
+  the facade and the export list. No module imports a higher floor, typing-only imports
+  included (:func:`test_no_module_imports_a_higher_floor`).
+* No import cycle among hand-written modules at run time, counting imports made inside
+  functions (call-time) and leaving out typing-only ones (:func:`test_no_import_cycle_at_run_time`).
 * Hand-written modules stay small enough to read (generated ones are exempt).
 * Integrations (``contrib/``) are users of the library: they import ``etcd_recipes`` only
   through its public export lists (``etcd_recipes``, ``etcd_recipes.sync``) and may use
@@ -16,6 +22,7 @@
 from __future__ import annotations
 
 import ast
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,9 +31,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "etcd_recipes"
 MAX_LINES = 600
+SPLIT_WARNING = 500  # past this, a module's next feature should come with a split
 
-# May talk gRPC and use client internals: the transport and the machinery under it.
-TRANSPORT = ("client.py", "_core/", "_proto/")
+
+class SplitSoonWarning(UserWarning):
+    """A hand-written module is past :data:`SPLIT_WARNING` lines: plan its split by concept now,
+    before the cap forces a squeeze."""
+
+
+# May talk gRPC and use client internals: the client and the vendored protos.
+TRANSPORT = ("client/", "_proto/")
+# The shared floors a family may import from (non-underscore names only).
+SHARED_FLOORS = ("_core", "client", "_recipe")
 # The blocking facade wraps async objects (generated twins and their hand-written runtime); a
 # twin may use the private names of the async module it mirrors (e.g. a default sentinel).
 FACADE = ("sync/",)
@@ -139,10 +155,10 @@ def layering_violations(src: Source) -> list[str]:
                 for f in FORBIDDEN_IMPORTS
             )
         ):
-            problems.append(f"{src.rel}:{line} imports {full} (only client.py and _core/ may)")
+            problems.append(f"{src.rel}:{line} imports {full} (only client/ may)")
         target_family = _family_of(module)
-        if target_family is None or target_family == src.family or target_family == "_core":
-            if target_family == "_core" and name and name.startswith("_"):
+        if target_family is None or target_family == src.family or target_family in SHARED_FLOORS:
+            if target_family in SHARED_FLOORS and name and name.startswith("_"):
                 problems.append(f"{src.rel}:{line} imports private {name} from {module}")
             continue
         private_module = any(p.startswith("_") for p in module.split(".")[2:])
@@ -176,6 +192,13 @@ def test_layering(src: Source) -> None:
 def test_hand_written_modules_stay_small(src: Source) -> None:
     lines = src.text.count("\n")
     assert lines <= MAX_LINES, f"{src.rel} has {lines} lines; split it (limit {MAX_LINES})"
+    if lines > SPLIT_WARNING:
+        warnings.warn(
+            f"{src.rel} has {lines} lines (cap {MAX_LINES}): split it by concept before it "
+            "reaches the cap",
+            SplitSoonWarning,
+            stacklevel=1,
+        )
 
 
 def test_sync_generated_and_hand_written_code_do_not_mix() -> None:
@@ -202,9 +225,12 @@ def test_the_checker_catches_what_it_forbids() -> None:
     assert _check_snippet("counter.py", "from ._core.keys import _private\n")
     # ... and pass on what is allowed.
     assert not _check_snippet("locks/semaphore.py", "from ._waiters import _Queue\n")
-    assert not _check_snippet("locks/semaphore.py", "from .._core.hold import Hold\n")
+    assert not _check_snippet("locks/semaphore.py", "from .._recipe.hold import Hold\n")
+    assert _check_snippet("locks/semaphore.py", "from ..client.rpc import _private\n")
     assert not _check_snippet("queues/work.py", "from ..locks.mutex import DistributedMutex\n")
-    assert not _check_snippet("client.py", "import grpc\nx = self._client._y\n")
+    assert not _check_snippet("client/kv.py", "import grpc\nx = self._client._y\n")
+    assert _check_snippet("_core/keys.py", "import grpc\n")  # the ground floor talks no gRPC
+    assert _check_snippet("_recipe/hold.py", "x = self._client._call\n")
     assert not _check_snippet("locks/mutex.py", "x = client.range(b'a')\n")
     assert not _check_snippet("sync/client.py", "from ..client import _UNSET\n")
     assert _check_snippet("sync/client.py", "from ..locks.mutex import _helper\n")
@@ -215,3 +241,145 @@ def test_the_checker_catches_what_it_forbids() -> None:
     assert _check_snippet("contrib/x.py", "x = provider._client._y\n")
     assert not _check_snippet("contrib/x.py", "import grpc.aio\nfrom etcd_recipes import connect\n")
     assert not _check_snippet("contrib/x.py", "from etcd_recipes.sync import connect\n")
+
+
+# ---------------------------------------------------------------- floors and cycles
+
+GROUND = {"errors", "types", "codecs", "events", "resilience", "metrics", "_core", "_proto"}
+FAMILIES = {"locks", "election", "barriers", "queues", "caches", "discovery"}
+FAMILIES |= {"counter", "keyvalue"}
+FLOORS = {"client": 1, "_recipe": 2, "testing": 4, "contrib": 5, "cli": 5, "sync": 5}
+TOP = 4  # etcd_recipes/__init__.py: the export list, beside testing/
+
+
+def floor_of(module: str) -> int:
+    """0 ground, 1 client, 2 recipe kit, 3 families, 4 testing and the export list, 5 the
+    integrations, the CLI and the facade."""
+    parts = module.split(".")
+    if parts == ["etcd_recipes"]:
+        return TOP
+    first = parts[1]
+    if first in GROUND:
+        return 0
+    if first in FAMILIES:
+        return 3
+    if first in FLOORS:
+        return FLOORS[first]
+    raise AssertionError(f"{module}: which floor? add it to tests/test_layering.py")
+
+
+def _type_checking_lines(tree: ast.Module) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                lines |= set(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+    return lines
+
+
+MODULES = {s.module for s in SOURCES}
+
+
+def _targets(src: Source, *, typing: bool) -> list[tuple[str, int]]:
+    """The modules ``src`` imports: (module, line); ``typing``: typing-only imports too."""
+    skip = set() if typing else _type_checking_lines(src.tree)
+    out = []
+    for module, name, line in _imports(src):
+        if line in skip or not module.startswith("etcd_recipes"):
+            continue
+        sub = f"{module}.{name}" if name else None
+        out.append((sub if sub in MODULES else module, line))
+    return out
+
+
+def floor_violations(src: Source) -> list[str]:
+    own = floor_of(src.module)
+    return [
+        f"{src.rel}:{line} imports {target} (floor {floor_of(target)} above {own})"
+        for target, line in _targets(src, typing=True)
+        if target in MODULES and floor_of(target) > own
+    ]
+
+
+@pytest.mark.parametrize("src", SOURCES, ids=[s.rel for s in SOURCES])
+def test_no_module_imports_a_higher_floor(src: Source) -> None:
+    assert floor_violations(src) == []
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_at_run_time() -> None:
+    hand_written = [s for s in SOURCES if not s.generated]
+    names = {s.module for s in hand_written}
+    graph = {
+        s.module: {t for t, _ in _targets(s, typing=False) if t in names and t != s.module}
+        for s in hand_written
+    }
+    assert import_cycles(graph) == []
+
+
+def test_a_module_past_the_split_line_warns(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = "x = 1\n" * (SPLIT_WARNING + 1)
+    big = Source("big.py", "etcd_recipes.big", ast.parse(text), text)
+    with pytest.warns(SplitSoonWarning, match="big.py has 501 lines"):
+        test_hand_written_modules_stay_small(big)
+
+
+def test_the_floor_and_cycle_checks_catch_what_they_forbid() -> None:
+    typing_only = (
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..client import X\n"
+    )
+    assert _check_floors("_core/keys.py", typing_only)
+    assert _check_floors("_core/keys.py", "def f():\n    from ..locks import mutex\n")
+    assert _check_floors("client/kv.py", "from .._recipe.hold import Hold\n")
+    assert not _check_floors("_recipe/hold.py", "from ..client.convert import Convert\n")
+    assert not _check_floors("locks/mutex.py", "from ..queues.fifo import DistributedQueue\n")
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+    # a call-time import counts, a typing-only one does not
+    call_time = Source(
+        "x.py", "etcd_recipes.x", ast.parse("def f():\n    import etcd_recipes.y\n"), ""
+    )
+    assert _targets(call_time, typing=False) == [("etcd_recipes.y", 2)]
+    hinted = Source("x.py", "etcd_recipes.x", ast.parse(typing_only), "")
+    assert _targets(hinted, typing=False) == []
+
+
+def _check_floors(rel: str, code: str) -> list[str]:
+    parts = ["etcd_recipes", *rel.removesuffix(".py").split("/")]
+    src = Source(rel, ".".join(parts), ast.parse(code), code)
+    own = floor_of(src.module)
+    return [t for t, _ in _targets(src, typing=True) if floor_of(t) > own]

@@ -23,11 +23,15 @@ ROOT = Path(__file__).resolve().parents[1]
 INIT = ROOT / "etcd_recipes" / "__init__.py"
 OUT = ROOT / "docs" / "api"
 
-# Defining module (first segment under etcd_recipes) -> (page, title, one-line summary).
+# Defining module under etcd_recipes (its dotted path, else its first segment) -> (page, title,
+# one-line summary).
 FAMILIES: dict[str, tuple[str, str, str]] = {
     "client": ("client", "Client", "`connect()` and the `EtcdClient` every recipe takes."),
     "types": ("client", "Client", ""),
     "_core": ("core", "Core: leases, watches, transactions, streams", "The building blocks."),
+    "client.lease": ("core", "Core: leases, watches, transactions, streams", ""),
+    "client.watch": ("core", "Core: leases, watches, transactions, streams", ""),
+    "_recipe": ("core", "Core: leases, watches, transactions, streams", ""),
     "resilience": ("resilience", "Resilience and metrics", "Retry policies and timeouts."),
     "metrics": ("resilience", "Resilience and metrics", ""),
     "events": ("events", "Events and connection state", "What recipes report."),
@@ -46,12 +50,13 @@ OTHER = ("other", "Other", "Names not in a family above.")
 
 
 def exports() -> list[tuple[str, str]]:
-    """(defining module's first segment, name) for every name ``__init__`` imports."""
+    """(defining module, name) for every name ``__init__`` imports: the module's dotted path
+    under ``etcd_recipes`` when :data:`FAMILIES` names it, else its first segment."""
     tree = ast.parse(INIT.read_text(encoding="utf-8"))
     found: list[tuple[str, str]] = []
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
-            family = node.module.split(".")[0]
+            family = node.module if node.module in FAMILIES else node.module.split(".")[0]
             found.extend((family, alias.asname or alias.name) for alias in node.names)
     return found
 

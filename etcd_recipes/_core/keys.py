@@ -28,7 +28,13 @@ _ALPHABET = string.ascii_letters + string.digits
 def key_bytes(key: bytes | str, *, allow_empty: bool = False) -> bytes:
     """Convert a key to bytes (``str`` as UTF-8); reject empty keys with :class:`EmptyKeyError`."""
     if isinstance(key, str):
-        out = key.encode("utf-8")
+        try:
+            out = key.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidArgumentError(
+                f"a key must be valid text: {key!r} has a lone surrogate at position "
+                f"{exc.start} (pass bytes for keys that are not UTF-8)"
+            ) from None
     elif isinstance(key, (bytes, bytearray, memoryview)):
         out = bytes(key)
     else:

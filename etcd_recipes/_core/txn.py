@@ -23,7 +23,7 @@ from typing import Union
 from ..codecs import to_bytes
 from ..types import SortOrder, SortTarget
 from .keys import key_bytes
-from .validate import check_lease, check_revision
+from .validate import check_choice, check_lease, check_revision
 
 __all__ = ["Cmp", "CmpResult", "CmpTarget", "Compare", "DeleteOp", "GetOp", "Op", "PutOp", "TxnOp"]
 
@@ -213,8 +213,8 @@ class Op:
             prefix,
             None if range_end is None else key_bytes(range_end),
             check_revision(limit, what="limit"),
-            sort_target,
-            sort_order,
+            check_choice(sort_target, SortTarget, what="sort_target"),
+            check_choice(sort_order, SortOrder, what="sort_order"),
             keys_only,
             count_only,
         )

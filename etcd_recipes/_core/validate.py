@@ -35,10 +35,11 @@ Not public: recipes import it, users see only the errors.
 
 from __future__ import annotations
 
+import enum
 import math
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 from ..errors import (
     EmptyPathError,
@@ -47,13 +48,10 @@ from ..errors import (
     InvalidPathError,
 )
 
-if TYPE_CHECKING:
-    from ..client import EtcdClient
-
 __all__ = [
     "INT64_MAX",
     "MAX_TTL",
-    "check_client",
+    "check_choice",
     "check_count",
     "check_delay",
     "check_duration",
@@ -342,23 +340,26 @@ def check_reason(reason: Any, *, limit: int = 4096) -> str:
     return reason
 
 
-def check_client(client: Any, *, what: str = "client") -> EtcdClient:
-    """An open-able :class:`~etcd_recipes.EtcdClient` (a blocking facade client is refused
-    with a pointer to the facade's own recipes).
+_E = TypeVar("_E", bound=enum.Enum)
 
-    >>> check_client(client) is client
+
+def check_choice(value: Any, kind: type[_E], *, what: str) -> _E:
+    """A member of the enum ``kind`` (or a value of one: ``2`` for ``SortTarget.CREATE``);
+    anything else raises :class:`~etcd_recipes.errors.InvalidArgumentError` naming the members.
+
+    >>> from etcd_recipes import SortTarget
+    >>> check_choice(2, SortTarget, what="sort_target") is SortTarget.CREATE
     True
     """
-    from ..client import EtcdClient as Client  # at call time: client.py imports this module
-
-    if not isinstance(client, Client):
-        hint = ""
-        if type(client).__module__.startswith("etcd_recipes.sync"):
-            hint = " (a blocking client: use the recipes of etcd_recipes.sync with it)"
-        raise InvalidArgumentTypeError(
-            f"{what} must be an EtcdClient from connect(), not {type(client).__name__}{hint}"
-        )
-    return client
+    if type(value) is kind:
+        return value
+    try:
+        return kind(value)
+    except (ValueError, TypeError):
+        names = ", ".join(m.name for m in kind)
+        raise InvalidArgumentError(
+            f"{what} must be a {kind.__name__} ({names}), not {value!r}"
+        ) from None
 
 
 def check_values(values: Any, *, what: str = "values") -> list[Any]:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable
 
-from .._core.outcomes import failure_outcome, lease_lost_kind
-from .._core.recipe import Recipe
+from .._recipe.outcomes import failure_outcome, lease_lost_kind
+from .._recipe.recipe import Recipe
 from ..errors import LeaseEventError
 from ..events import LeaseEvent, LeaseRestored, LeaseResumed
 

@@ -31,11 +31,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._core.keys import random_token
-from .._core.lease import SelfHealingLease
-from .._core.recipe import Recipe
 from .._core.txn import Cmp, Op
 from .._core.validate import check_timeout, check_ttl
-from .._core.waiting import wait_for_change
+from .._recipe.recipe import Recipe
+from .._recipe.waiting import wait_for_change
+from ..client.lease import SelfHealingLease
 from ..events import LeaseEvent
 from ..types import EventType, WatchEvent
 from ._common import metered_wait, report_lease_event
@@ -83,8 +83,8 @@ class DistributedBarrier(Recipe):
         metrics_name: str = "",
     ) -> None:
         super().__init__(client, path, client_id=client_id, metrics_name=metrics_name)
-        self.wait_on_missing_barriers = wait_on_missing_barriers
-        self.lease_ttl = check_ttl(lease_ttl, what="lease_ttl")
+        self.wait_on_missing_barriers: bool = wait_on_missing_barriers
+        self.lease_ttl: int = check_ttl(lease_ttl, what="lease_ttl")
         self._lease: SelfHealingLease | None = None
         self._token = ""
 

@@ -47,12 +47,13 @@ from typing import TYPE_CHECKING
 import anyio
 
 from .._core.keys import append_to_path, random_token
-from .._core.lease import SelfHealingLease
 from .._core.logctx import library_logger
-from .._core.recipe import Recipe
+from .._core.shield import abort_guard, run_shielded
 from .._core.txn import Cmp, Compare, Op
 from .._core.validate import check_count, check_timeout, check_ttl
-from .._core.waiting import abort_guard, run_shielded, wait_for_change
+from .._recipe.recipe import Recipe
+from .._recipe.waiting import wait_for_change
+from ..client.lease import SelfHealingLease
 from ..events import LeaseEvent
 from ..types import EventType, KeyValue, RangeResult, WatchEvent
 from ._common import metered_wait, report_lease_event
@@ -120,9 +121,9 @@ class DistributedBarrierWithCount(Recipe):
         metrics_name: str = "",
     ) -> None:
         super().__init__(client, path, client_id=client_id, metrics_name=metrics_name)
-        self.member_count = check_count(member_count, what="member_count")
+        self.member_count: int = check_count(member_count, what="member_count")
         """How many members must arrive before the barrier releases them."""
-        self.lease_ttl = check_ttl(lease_ttl, what="lease_ttl")
+        self.lease_ttl: int = check_ttl(lease_ttl, what="lease_ttl")
         """Seconds: the TTL of each waiting key's lease."""
         self._ready = append_to_path(path, "ready")
         self._waiting = append_to_path(path, "waiting/")

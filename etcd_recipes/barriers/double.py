@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._core.keys import append_to_path
-from .._core.recipe import Recipe
 from .._core.validate import check_timeout
+from .._recipe.recipe import Recipe
 from ..events import ConnectionState
 from ._common import metered_wait
 from .barrier import DEFAULT_TTL
@@ -79,7 +79,7 @@ class DistributedDoubleBarrier(Recipe):
             client_id=self.client_id,
             metrics_name=self.metrics_name,
         )
-        self.member_count = member_count
+        self.member_count: int = member_count
         """How many members each phase waits for."""
         self.lease_ttl: int = self._enter.lease_ttl
         """Seconds: the TTL of each waiting key's lease."""

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._core.recipe import Recipe
 from .._core.streams import Broadcast
+from .._recipe.recipe import Recipe
 from ..events import ConnectionState
 from .prefix import PrefixCache
 

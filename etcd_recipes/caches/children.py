@@ -127,7 +127,7 @@ class PathChildrenCache(_Layer, Generic[ValueT]):
         metrics_name: str = "",
     ) -> None:
         super().__init__(client, path, client_id=client_id, metrics_name=metrics_name)
-        self.trailing_path = ensure_suffix(path)
+        self.trailing_path: str = ensure_suffix(path)
         """``path`` with exactly one trailing ``/``: the prefix of every child key."""
         self.mode: StartMode = StartMode.NORMAL
         """The mode of the last ``start()``."""

@@ -53,17 +53,12 @@ import anyio
 from .._core.keys import prefix_range_end
 from .._core.logctx import library_logger
 from .._core.metering import RecipeMeter
-from .._core.recipe import Recipe
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.validate import check_count, check_revision, check_timeout
-from .._core.watch import Watch
+from .._recipe.recipe import Recipe
+from ..client.watch import Watch
 from ..codecs import Codec, ValueT, as_codec
-from ..errors import (
-    ClientClosedError,
-    EtcdRecipeError,
-    EtcdTimeoutError,
-    InvalidArgumentError,
-)
+from ..errors import ClientClosedError, EtcdRecipeError, EtcdTimeoutError, InvalidArgumentError
 from ..events import ConnectionState, WatchResubscribed, WatchSuspended
 from ..resilience import RetryPolicy
 from ..types import KeyValue, WatchEvent, WatchProgress
@@ -132,9 +127,9 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
         metrics_name: str = "",
     ) -> None:
         super().__init__(client, prefix, client_id=client_id, metrics_name=metrics_name)
-        self.single_key = single_key
+        self.single_key: bool = single_key
         """Whether the cache holds the one key ``path`` rather than a prefix."""
-        self.page_size = check_count(page_size, what="page_size")
+        self.page_size: int = check_count(page_size, what="page_size")
         """Keys read per page of a snapshot."""
         self.start_timeout: float = _seconds(start_timeout, "start_timeout")
         """Seconds ``start()`` keeps trying before it raises."""

@@ -1,7 +1,7 @@
 """The command's skeleton: the typer app, the client options, output and exit codes.
 
 Guaranteed: the client options are resolved by the library's own code
-(:func:`etcd_recipes._core.settings.resolve_settings`, what :func:`~etcd_recipes.connect` runs),
+(:func:`etcd_recipes.client.settings.resolve_settings`, what :func:`~etcd_recipes.connect` runs),
 so the command and the library read the same variables in the same order
 (``$ETCD_ENDPOINTS``, then ``$ETCDCTL_ENDPOINTS``; the TLS and user variables only when the
 endpoints come from the environment). Every failure, a bad command line included, is one line
@@ -29,7 +29,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from .. import EtcdClient, connect
-from .._core.settings import ENDPOINT_VARIABLES, resolve_settings
+from ..client.settings import ENDPOINT_VARIABLES, resolve_settings
 from ..errors import (
     EtcdConnectionError,
     EtcdRecipeError,
@@ -159,15 +159,14 @@ def _quiet_library_logs() -> None:
     ``$ETCD_RECIPES_CLI_LOG`` is a level name (``debug``, ``info``, ``warning``)."""
     logger = logging.getLogger("etcd_recipes")
     level = os.environ.get("ETCD_RECIPES_CLI_LOG", "").strip().upper()
-    if logger.handlers:
+    # The library's own NullHandler keeps its records off stderr; a configured handler is kept.
+    if any(not isinstance(h, logging.NullHandler) for h in logger.handlers):
         return
     if level in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        handler: logging.Handler = logging.StreamHandler(sys.stderr)
+        handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
         logger.setLevel(level)
-    else:
-        handler = logging.NullHandler()
-    logger.addHandler(handler)
+        logger.addHandler(handler)
 
 
 def _one_line(message: str) -> None:

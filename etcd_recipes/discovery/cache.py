@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic
 
-from .._core.recipe import Recipe
 from .._core.streams import DEFAULT_STREAM_BUFFER, EventStream
 from .._core.validate import check_path_segment
+from .._recipe.recipe import Recipe
 from ..caches.events import CacheBatch
 from ..caches.prefix import PrefixCache
 from ..codecs import Codec
@@ -84,7 +84,7 @@ class ServiceCache(Recipe, Generic[PayloadT]):
         """The service whose instances are cached."""
         path = service_prefix(service_path, name)
         super().__init__(client, path, client_id=client_id, metrics_name=metrics_name)
-        self.service_path = service_path
+        self.service_path: str = service_path
         """The discovery root (the registry's ``service_path``)."""
         self._cache: PrefixCache[ServiceInstance[PayloadT]] = PrefixCache(
             client, self.path, codec=_InstanceCodec(codec), metrics_name=metrics_name

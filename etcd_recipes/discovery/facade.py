@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic
 
-from .._core.recipe import Recipe
 from .._core.validate import check_path_segment
+from .._recipe.recipe import Recipe
 from ..codecs import Codec
 from ..errors import CodecError, ServiceInstanceNotFoundError
 from ..events import LeaseEvent
@@ -25,7 +25,7 @@ from ._keys import names_path, service_prefix
 from .cache import ServiceCache
 from .instance import PayloadT, ServiceInstance
 from .provider import ServiceProvider
-from .registry import DEFAULT_TTL, ServiceRegistry
+from .registry import DEFAULT_TTL, ServiceRegistry, _lease_ttl
 from .strategies import InstanceFilter, ProviderStrategy
 
 if TYPE_CHECKING:
@@ -57,15 +57,20 @@ class ServiceDiscovery(Recipe, Generic[PayloadT]):
         client: EtcdClient,
         service_path: str,
         *,
-        ttl: float = DEFAULT_TTL,
+        lease_ttl: float = DEFAULT_TTL,
         codec: Codec[PayloadT] | None = None,
         client_id: str | None = None,
         metrics_name: str = "",
+        ttl: float | None = None,
     ) -> None:
         super().__init__(client, service_path, client_id=client_id, metrics_name=metrics_name)
         self._codec = codec
         self.registry: ServiceRegistry[PayloadT] = ServiceRegistry(
-            client, service_path, ttl=ttl, codec=codec, metrics_name=self.metrics_name
+            client,
+            service_path,
+            lease_ttl=_lease_ttl(lease_ttl, ttl, type(self).__name__),
+            codec=codec,
+            metrics_name=self.metrics_name,
         )
         """The registry behind ``register``/``update``/``unregister``."""
         self.registry.add_exception_listener(

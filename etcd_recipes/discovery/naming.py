@@ -25,9 +25,9 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._core.recipe import Recipe
 from .._core.streams import Broadcast, EventStream
 from .._core.validate import check_key_name, check_ttl
+from .._recipe.recipe import Recipe
 from ..caches.prefix import PrefixCache
 from ..errors import CodecError, EmptyPathError, EventStreamOverflowError, InvalidArgumentError
 from ..keyvalue import TransientKeyValue

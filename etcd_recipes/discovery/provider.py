@@ -36,9 +36,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic
 
 from .._core.logctx import library_logger
-from .._core.recipe import Recipe
 from .._core.streams import Broadcast, EventStream
 from .._core.validate import check_count, check_duration
+from .._recipe.recipe import Recipe
 from ..codecs import Codec
 from ..errors import EventStreamOverflowError, InvalidArgumentError, NoInstancesError
 from .cache import ServiceCache
@@ -104,7 +104,7 @@ class ServiceProvider(Recipe, Generic[PayloadT]):
         super().__init__(client, cache.path, client_id=client_id, metrics_name=metrics_name)
         self.name: str = cache.name
         """The service this provider picks instances of."""
-        self.service_path = service_path
+        self.service_path: str = service_path
         """The discovery root."""
         if strategy is not None and not callable(getattr(strategy, "select", None)):
             raise InvalidArgumentError("strategy must have a select(instances) method")
@@ -112,13 +112,13 @@ class ServiceProvider(Recipe, Generic[PayloadT]):
             raise InvalidArgumentError("instance_filter must be callable")
         self.strategy: ProviderStrategy = strategy if strategy is not None else RoundRobinStrategy()
         """The strategy ``get_instance()`` uses."""
-        self.error_threshold = check_count(error_threshold, what="error_threshold")
+        self.error_threshold: int = check_count(error_threshold, what="error_threshold")
         """Errors within ``error_window`` that take an instance out."""
-        self.down_period = check_duration(down_period, what="down_period")
+        self.down_period: float = check_duration(down_period, what="down_period")
         """Seconds an instance stays out once it reached the threshold."""
-        self.error_window = check_duration(error_window, what="error_window")
+        self.error_window: float = check_duration(error_window, what="error_window")
         """Seconds within which ``error_threshold`` errors must fall."""
-        self.empty_grace = check_duration(empty_grace, what="empty_grace", inclusive=True)
+        self.empty_grace: float = check_duration(empty_grace, what="empty_grace", inclusive=True)
         """Seconds the last non-empty list is served after the cache went empty (0: off)."""
         self._filter = instance_filter
         self._cache = cache

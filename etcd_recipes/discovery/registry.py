@@ -1,7 +1,7 @@
 """ServiceRegistry: the write side of discovery -- register, update, unregister.
 
 Each registration is the key ``<service_path>/names/<name>/<id>`` holding the instance's JSON,
-on **its own self-healing lease** of ``ttl`` seconds.
+on **its own self-healing lease** of ``lease_ttl`` seconds.
 
 Guaranteed:
 
@@ -28,17 +28,18 @@ then a put); a record deleted out of band while its lease lives is re-created on
 from __future__ import annotations
 
 import asyncio
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic
 
-from .._core.lease import SelfHealingLease
 from .._core.logctx import library_logger
-from .._core.outcomes import lease_lost_kind
-from .._core.recipe import Recipe
+from .._core.shield import run_shielded, settled
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.txn import Cmp, Op
 from .._core.validate import check_ttl
-from .._core.waiting import run_shielded, settled
+from .._recipe.outcomes import lease_lost_kind
+from .._recipe.recipe import Recipe
+from ..client.lease import SelfHealingLease
 from ..codecs import Codec
 from ..errors import (
     DuplicateServiceInstanceError,
@@ -81,6 +82,20 @@ class _Registration(Generic[PayloadT]):
         self.lock = asyncio.Lock()  # serialises update() with a heal's establish
 
 
+def _lease_ttl(lease_ttl: float, ttl: float | None, owner: str) -> int:
+    """``lease_ttl``, or the deprecated ``ttl=`` spelling of it (with a warning)."""
+    if ttl is None:
+        return check_ttl(lease_ttl, what="lease_ttl")
+    warnings.warn(
+        f"{owner}(ttl=...) is deprecated: say lease_ttl=, as every other recipe does",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    if lease_ttl != DEFAULT_TTL and lease_ttl != ttl:
+        raise InvalidArgumentError(f"{owner}: give lease_ttl= or its old name ttl=, not both")
+    return check_ttl(ttl, what="ttl")
+
+
 class ServiceRegistry(Recipe, Generic[PayloadT]):
     """Registers service instances under ``service_path``, each on a self-healing lease.
 
@@ -108,14 +123,17 @@ class ServiceRegistry(Recipe, Generic[PayloadT]):
         client: EtcdClient,
         service_path: str,
         *,
-        ttl: float = DEFAULT_TTL,
+        lease_ttl: float = DEFAULT_TTL,
         codec: Codec[PayloadT] | None = None,
         client_id: str | None = None,
         metrics_name: str = "",
+        ttl: float | None = None,
     ) -> None:
         super().__init__(client, service_path, client_id=client_id, metrics_name=metrics_name)
-        self.ttl = check_ttl(ttl, what="ttl")
+        self.lease_ttl: int = _lease_ttl(lease_ttl, ttl, type(self).__name__)
         """The lease TTL of each registration, in whole seconds."""
+        self.ttl: int = self.lease_ttl
+        """Deprecated alias of :attr:`lease_ttl` (every other recipe says ``lease_ttl``)."""
         self._codec = codec
         self._regs: dict[str, _Registration[PayloadT]] = {}
         self._pending: set[str] = set()
@@ -250,7 +268,7 @@ class ServiceRegistry(Recipe, Generic[PayloadT]):
         if key in self._regs or key in self._pending:
             raise DuplicateServiceInstanceError(f"{key} is already registered by this registry")
         reg = _Registration(key, instance, instance.to_json(self._codec))
-        lease = self._client.self_healing_lease(self.ttl, self._establish_for(reg))
+        lease = self._client.self_healing_lease(self.lease_ttl, self._establish_for(reg))
         lease.add_listener(lambda event: self._on_lease_event(reg, event))
         self._pending.add(key)
         try:

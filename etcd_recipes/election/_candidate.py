@@ -5,7 +5,7 @@ A candidate joins with ``<path>/participants/<client_id>`` on a self-healing lea
 campaigns: it creates ``<path>/LEADER`` on a fresh term lease with ``If(version == 0)``, or waits
 for that key's deletion on one watch per campaign (opened from "now", a read covering the gap
 since the failed create) and tries again from the watch loop on each deletion. A won term is a
-:class:`~etcd_recipes._core.hold.Hold` (``scope()`` cancels the body on a loss, ``release()``
+:class:`~etcd_recipes._recipe.hold.Hold` (``scope()`` cancels the body on a loss, ``release()``
 deletes the key and revokes the lease); the term lease is never healed.
 """
 
@@ -18,18 +18,19 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._core.hold import Hold
 from .._core.keys import append_to_path, random_token
-from .._core.lease import AcquisitionLease, SelfHealingLease
 from .._core.listeners import ListenerSet
 from .._core.logctx import library_logger
-from .._core.outcomes import failure_outcome, hold_loss_kind
-from .._core.recipe import Recipe
+from .._core.shield import abort_guard
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.txn import AnyOp, Cmp, Compare, Op
 from .._core.validate import check_ttl
-from .._core.waiting import abort_guard, wait_for_change
-from .._core.watch import Watch
+from .._recipe.hold import Hold
+from .._recipe.outcomes import failure_outcome, hold_loss_kind
+from .._recipe.recipe import Recipe
+from .._recipe.waiting import wait_for_change
+from ..client.lease import AcquisitionLease, SelfHealingLease
+from ..client.watch import Watch
 from ..errors import (
     DuplicateParticipantError,
     EtcdConnectionError,
@@ -77,7 +78,7 @@ class _Candidate(Recipe):
         metrics_name: str = "",
     ) -> None:
         super().__init__(client, path, client_id=client_id, metrics_name=metrics_name)
-        self.lease_ttl = check_ttl(lease_ttl, what="lease_ttl")
+        self.lease_ttl: int = check_ttl(lease_ttl, what="lease_ttl")
         """Seconds: the TTL of each term's lease and of the participation key's lease."""
         self._leader = leader_key(path)
         self._participant = append_to_path(participants_prefix(path), self.client_id)

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .._core.txn import Cmp, Op
-from .._core.validate import check_client, check_path
+from .._core.validate import check_path
+from ..client import check_client
 from ..errors import LeaseNotFoundError
 from ._keys import leader_key, leader_name
 

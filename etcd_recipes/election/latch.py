@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import anyio
 
 from .._core.logctx import recipe_context
+from .._core.shield import abort_guard
 from .._core.validate import check_timeout
-from .._core.waiting import abort_guard
 from ..errors import EtcdRecipeError, LeadershipLostError, UsageError
 from ._candidate import CAMPAIGN_BACKOFF, _Candidate
 from .terms import DEFAULT_TTL

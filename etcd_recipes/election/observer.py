@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from .._core.listeners import ListenerSet
 from .._core.logctx import library_logger
-from .._core.recipe import Recipe
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.validate import check_count
+from .._recipe.recipe import Recipe
 from ..errors import EtcdRecipeError, WatchFailedError
 from ..events import ConnectionState, WatchFailed, WatchResubscribed
 from ..types import EventType, RangeResult, WatchEvent

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from .._core.shield import run_shielded
 from .._core.validate import check_timeout
-from .._core.waiting import run_shielded
 from ..errors import (
     AlreadyStartedError,
     EtcdTimeoutError,
@@ -124,9 +124,9 @@ class LeaderSelector(_Candidate):
         self._take_gets_selector = _takes_selector(take_leadership)
         self._relinquish = relinquish
         self._relinquish_gets_selector = relinquish is not None and _takes_selector(relinquish)
-        self.cancel_on_loss = cancel_on_loss
+        self.cancel_on_loss: bool = cancel_on_loss
         """Whether a lost term cancels ``take_leadership``."""
-        self.auto_requeue = auto_requeue
+        self.auto_requeue: bool = auto_requeue
         """Whether a candidacy campaigns again after each term (until ``aclose()``)."""
         self._scope: anyio.CancelScope | None = None
         self._runner: asyncio.Task[Any] | None = None

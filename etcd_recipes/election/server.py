@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-from .._core.validate import check_client
+from ..client import check_client
 from ..types import ElectionLeaderKey, KeyValue
 
 if TYPE_CHECKING:

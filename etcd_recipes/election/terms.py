@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Union
 
-from .._core.hold import Hold
 from .._core.txn import Compare, Op
-from .._core.validate import check_client, check_path
+from .._core.validate import check_path
+from .._recipe.hold import Hold
+from ..client import check_client
 from ..types import RangeResult, SortOrder, SortTarget
 from ._keys import leader_key, leader_name, participants_prefix
 

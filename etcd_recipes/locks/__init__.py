@@ -15,7 +15,7 @@ Key layouts:
   reference reads ``<path>`` without the slash, so ``/locks/ab`` disturbed ``/locks/a``).
 
 Every key is attached to an **acquisition lease** checked out from the client's pool (a Go
-session per client and TTL, see :mod:`etcd_recipes._core.lease_pool`): never one already used
+session per client and TTL, see :mod:`etcd_recipes.client.lease_pool`): never one already used
 on the same path by this process, shared with holds on other paths, given back on release and
 revoked once idle or when the client closes -- so a mutex made per request costs no lease of
 its own, and an uncontended acquire + release costs two raft writes: one transaction, one
@@ -70,9 +70,8 @@ is only who may queue next; mutual exclusion is etcd's. The turn passes on relea
 behind a task of the same client that holds or is acquiring answers False without an RPC; and
 two waiters of one client are served in the order they called ``acquire()``, not by etcd.
 Read-write views and semaphores queue in etcd with a key per acquisition.
-In the blocking facade every call runs in an event-loop task of its own, so ``with`` blocks on
-one instance take turns, but nested blocks (and a downgrade) on one instance are not reentrant
-there.
+In the blocking facade a hold belongs to the calling thread: nested ``with`` blocks (and a
+downgrade) on one instance are reentrant per thread, and threads take turns like tasks do.
 
 Deviations from the Kotlin library: holds are per asyncio task (per thread through the blocking
 facade); waiting uses the

@@ -17,16 +17,16 @@ from typing import TYPE_CHECKING
 import anyio
 
 from .._core.caller import Caller, caller_or_none
-from .._core.convert import EnqueueTxn
-from .._core.hold import Hold
-from .._core.lease_pool import LeaseCheckout, PooledLease
 from .._core.listeners import ListenerSet
 from .._core.logctx import library_logger
-from .._core.recipe import Recipe
+from .._core.shield import run_shielded
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.txn import AnyOp, Compare
 from .._core.validate import check_timeout
-from .._core.waiting import run_shielded
+from .._recipe.hold import Hold
+from .._recipe.recipe import Recipe
+from ..client.convert import EnqueueTxn
+from ..client.lease_pool import LeaseCheckout, PooledLease
 from ..errors import (
     LeaseNotFoundError,
     LockLostError,
@@ -36,31 +36,10 @@ from ..errors import (
     RecipeClosedError,
 )
 from ..events import LeaseExpired
-from ..types import (
-    KeyValue,
-    TxnResult,
-)
-from ._holds import (
-    _Acquisition,
-    _Held,
-    _lost_while_running,
-    _scoped_body,
-    _TaskHold,
-)
-from ._session import (
-    _BOUNDED,
-    _abandon,
-    _Abort,
-    _Aborted,
-    _Bounded,
-    _Busy,
-    _deadline_scope,
-    _Line,
-    _monitor_soon,
-    _Requeue,
-    _Session,
-    _task,
-)
+from ..types import KeyValue, TxnResult
+from ._holds import _Acquisition, _Held, _lost_while_running, _scoped_body, _TaskHold
+from ._line import _BOUNDED, _Abort, _Aborted, _Bounded, _Line
+from ._session import _abandon, _Busy, _deadline_scope, _monitor_soon, _Requeue, _Session, _task
 from ._waiters import _read_queue, _wait_for_deletion
 from .hold import LockHold, LockLostListener
 

@@ -16,15 +16,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
 from .._core.caller import Caller
-from .._core.hold import Hold
-from .._core.lease_pool import LeaseCheckout, PooledLease
 from .._core.metering import RecipeMeter, SpanHandle
-from .._core.outcomes import failure_outcome, hold_loss_kind
-from ..errors import (
-    LostError,
-    RecipeClosedError,
-)
-from ._session import _Line, _Session
+from .._recipe.hold import Hold
+from .._recipe.outcomes import failure_outcome, hold_loss_kind
+from ..client.lease_pool import LeaseCheckout, PooledLease
+from ..errors import LostError, RecipeClosedError
+from ._line import _Line
+from ._session import _Session
 from .hold import LockHold
 
 if TYPE_CHECKING:
@@ -162,7 +160,7 @@ async def _scoped_body(
 
     If the hold is lost (or its recipe closed) while the body runs, the body is cancelled and
     ``lost()`` is raised instead (the caller's own cancellation, or an inner conversion, wins);
-    see :mod:`etcd_recipes._core.hold` for the mechanism.
+    see :mod:`etcd_recipes._recipe.hold` for the mechanism.
     """
     try:
         async with held.hold.scope(lost):

@@ -12,16 +12,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
-from .._core.lease import AcquisitionLease
-from .._core.waiting import wait_for_change
+from .._recipe.waiting import wait_for_change
+from ..client.lease import AcquisitionLease
 from ..events import WatchRecoveryEvent
-from ..types import (
-    EventType,
-    KeyValue,
-    SortOrder,
-    SortTarget,
-    WatchEvent,
-)
+from ..types import EventType, KeyValue, SortOrder, SortTarget, WatchEvent
 from ._session import _Requeue
 from .hold import LockParticipant
 

@@ -9,12 +9,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._core.hold import Hold
 from .._core.keys import key_bytes
 from .._core.txn import AnyOp, Compare
-from ..types import (
-    TxnResult,
-)
+from .._recipe.hold import Hold
+from ..types import TxnResult
 
 if TYPE_CHECKING:
     pass

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .._core.txn import Op
-from .._core.validate import check_client, check_path
+from .._core.validate import check_path
+from ..client import check_client
 from ..codecs import INT32
 from ..errors import CodecError, InvalidArgumentError
 from ..types import RangeResult, SortOrder, SortTarget

@@ -7,16 +7,17 @@ the Kotlin library on the same path. What it guarantees and what it does not: se
 from __future__ import annotations
 
 from types import TracebackType
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
-from .._core.recipe import Recipe
+from typing_extensions import Self
+
 from .._core.validate import check_ttl
-from ..errors import (
-    LeaseEventError,
-)
+from .._recipe.recipe import Recipe
+from ..errors import LeaseEventError
 from ..events import LeaseEvent, LeaseResumed, LeaseSuspended
 from ._base import _LockBase, _Queued
-from ._session import _local_line, _Session
+from ._line import _local_line
+from ._session import _Session
 from ._waiters import _participants
 from .hold import DEFAULT_TTL, LockParticipant
 
@@ -24,9 +25,6 @@ if TYPE_CHECKING:
     from ..client import EtcdClient
 
 __all__ = ["DistributedMutex"]
-
-
-_M = TypeVar("_M", bound="DistributedMutex")
 
 
 class DistributedMutex(_Queued, Recipe):
@@ -67,7 +65,7 @@ class DistributedMutex(_Queued, Recipe):
         metrics_name: str = "",
     ) -> None:
         Recipe.__init__(self, client, path, client_id=client_id, metrics_name=metrics_name)
-        self.lease_ttl = check_ttl(lease_ttl, what="lease_ttl")
+        self.lease_ttl: int = check_ttl(lease_ttl, what="lease_ttl")
         """The acquisition lease's TTL in whole seconds."""
         self._conflicts = path + "/"
         session = _Session(client, self.lease_ttl, self.path, self._on_lease_event)
@@ -77,7 +75,7 @@ class DistributedMutex(_Queued, Recipe):
     def _new_key(self, lease_id: int) -> tuple[str, bytes]:
         return f"{self._conflicts}{lease_id:x}", b""
 
-    async def __aenter__(self: _M) -> _M:
+    async def __aenter__(self) -> Self:
         """Acquire the lock for the body (waits as long as it takes; see :meth:`with_lock`)."""
         await self._enter()
         return self

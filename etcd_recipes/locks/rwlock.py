@@ -10,13 +10,9 @@ from typing import TYPE_CHECKING
 
 from .._core.caller import Caller
 from .._core.keys import append_to_path, random_token
-from .._core.recipe import Recipe
 from .._core.validate import check_ttl
-from ..errors import (
-    InvalidArgumentError,
-    LeaseEventError,
-    LockUpgradeError,
-)
+from .._recipe.recipe import Recipe
+from ..errors import InvalidArgumentError, LeaseEventError, LockUpgradeError
 from ..events import LeaseEvent, LeaseResumed, LeaseSuspended
 from ..types import KeyValue
 from ._base import _LockBase, _Queued
@@ -138,7 +134,7 @@ class DistributedReadWriteLock(Recipe):
         metrics_name: str = "",
     ) -> None:
         super().__init__(client, path, client_id=client_id, metrics_name=metrics_name)
-        self.lease_ttl = check_ttl(lease_ttl, what="lease_ttl")
+        self.lease_ttl: int = check_ttl(lease_ttl, what="lease_ttl")
         """The acquisition lease's TTL in whole seconds."""
         self._session = _Session(client, self.lease_ttl, self.path, self._on_lease_event)
         self.read_lock: ReadWriteLockView = ReadWriteLockView(self, "read")

@@ -46,21 +46,23 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import anyio
+from typing_extensions import Self
 
 from .._core.caller import Caller
-from .._core.hold import Hold
 from .._core.keys import append_to_path, random_token
-from .._core.lease_pool import LeaseCheckout, PooledLease
 from .._core.listeners import ListenerSet
 from .._core.logctx import library_logger
-from .._core.recipe import Recipe
+from .._core.shield import abort_guard, settled
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.txn import Cmp, Op
 from .._core.validate import check_timeout, check_ttl
-from .._core.waiting import abort_guard, settled, wait_for_change
+from .._recipe.hold import Hold
+from .._recipe.recipe import Recipe
+from .._recipe.waiting import wait_for_change
+from ..client.lease_pool import LeaseCheckout, PooledLease
 from ..codecs import INT32
 from ..errors import (
     InvalidArgumentError,
@@ -94,8 +96,6 @@ if TYPE_CHECKING:
 __all__ = ["DistributedSemaphore"]
 
 log = library_logger("etcd_recipes.semaphore")
-
-_S = TypeVar("_S", bound="DistributedSemaphore")
 
 PermitLostListener = Callable[[BaseException | None], Any]
 """Called with the cause (or ``None``) once per lost permit."""
@@ -145,9 +145,9 @@ class DistributedSemaphore(Recipe):
         super().__init__(client, path, client_id=client_id, metrics_name=metrics_name)
         if isinstance(permits, bool) or not isinstance(permits, int) or not 1 <= permits < 2**31:
             raise InvalidArgumentError(f"permits must be an int >= 1, not {permits!r}")
-        self.permits = permits
+        self.permits: int = permits
         """The number of permits (the canonical count on the path must match)."""
-        self.lease_ttl = check_ttl(lease_ttl, what="lease_ttl")
+        self.lease_ttl: int = check_ttl(lease_ttl, what="lease_ttl")
         """The acquisition lease's TTL in whole seconds."""
         self._permits_key = append_to_path(path, "permits")
         self._holders = append_to_path(path, "holders") + "/"
@@ -533,7 +533,7 @@ class DistributedSemaphore(Recipe):
             self._scoped.remove(permit)
         await permit.held.release()
 
-    async def __aenter__(self: _S) -> _S:
+    async def __aenter__(self) -> Self:
         """Take a permit for the body (waits as long as it takes; see :meth:`with_permit`)."""
         cm = self.with_permit()
         await cm.__aenter__()

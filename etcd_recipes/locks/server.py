@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._core.validate import check_client
+from ..client import check_client
 
 if TYPE_CHECKING:
     from ..client import EtcdClient

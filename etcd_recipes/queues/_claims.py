@@ -43,8 +43,9 @@ from ..codecs import INT32
 from ..errors import EtcdConnectionError, EtcdTimeoutError
 from ..types import KeyValue, RangeResult, TxnResult
 from ._layout import WINDOW, Snapshot, WorkKeys, attempts_in, item_name
+from ._produce import now_millis
 from ._sweep import return_ops
-from ._take import commit, next_reach, now_millis, outcome
+from ._take import commit, next_reach, outcome
 
 if TYPE_CHECKING:
     from ..client import EtcdClient

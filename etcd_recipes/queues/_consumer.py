@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._core.lease import SelfHealingLease
 from .._core.logctx import library_logger
-from .._core.waiting import abort_guard
+from .._core.shield import abort_guard
+from ..client.lease import SelfHealingLease
 from ..events import LeaseEvent
 from ._take import retrieve
 

@@ -37,7 +37,7 @@ from .._core.txn import AnyOp, Op
 from ..codecs import INT32
 from ..errors import CodecError, InvalidArgumentError
 from ..types import KeyValue
-from ._take import key_millis, now_millis
+from ._produce import key_millis, now_millis
 
 log = library_logger("etcd_recipes.work_queue")
 

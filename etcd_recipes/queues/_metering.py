@@ -40,7 +40,7 @@ from typing import TypeVar
 
 from .._core.logctx import library_logger
 from .._core.metering import RecipeMeter, SpanHandle
-from .._core.outcomes import lease_lost_kind
+from .._recipe.outcomes import lease_lost_kind
 from ..errors import InvalidArgumentError, RecipeClosedError
 from ..events import LeaseEvent
 from .item import TracePropagation

@@ -27,7 +27,7 @@ from .._core.txn import AnyOp, Cmp, Op
 from ..errors import EtcdRecipeError
 from ..types import RangeResult
 from ._layout import Snapshot, WorkKeys, attempts_in, item_name, promoted_name, ready_millis
-from ._take import now_millis
+from ._produce import now_millis
 
 if TYPE_CHECKING:
     from .._core.metering import RecipeMeter

@@ -8,8 +8,10 @@ it is frozen, so one config may serve several queues.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .._core.validate import check_count, check_duration, check_ttl
+from ..errors import InvalidArgumentError
 
 __all__ = ["WorkQueueConfig"]
 
@@ -43,3 +45,10 @@ class WorkQueueConfig:
         check_ttl(self.visibility_timeout, what="visibility_timeout")
         check_count(self.max_deliveries, what="max_deliveries", minimum=1)
         check_duration(self.sweep_interval, what="sweep_interval")
+
+
+def _check_config(config: Any) -> WorkQueueConfig:
+    """``config`` itself, or the defaults for ``None``; anything else is refused."""
+    if config is not None and not isinstance(config, WorkQueueConfig):
+        raise InvalidArgumentError(f"config must be a WorkQueueConfig, not {config!r}")
+    return config or WorkQueueConfig()

@@ -80,7 +80,8 @@ from ..codecs import Codec, ValueT
 from ..errors import RecipeClosedError
 from ..types import KeyValue, RangeResult
 from ._metering import Metered, batch_size
-from ._take import TakeQueue, check_batch, create, key_millis
+from ._produce import check_batch, create, key_millis
+from ._take import TakeQueue
 
 if TYPE_CHECKING:
     from ..client import EtcdClient

@@ -43,11 +43,12 @@ from typing import TYPE_CHECKING, Literal, get_args
 
 from .._core.keys import append_to_path
 from .._core.txn import AnyOp, Op
-from .._core.validate import check_client, check_count, check_path
+from .._core.validate import check_count, check_path
+from ..client import check_client
 from ..errors import InvalidArgumentError
 from ..types import KeyValue, RangeResult, SortOrder, SortTarget
 from ._layout import WorkKeys, attempts_in, item_name, promoted_name, ready_millis
-from ._take import now_millis
+from ._produce import now_millis
 
 if TYPE_CHECKING:
     from ..client import EtcdClient

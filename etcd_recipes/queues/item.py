@@ -12,6 +12,7 @@ on :attr:`WorkItem.id`).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Generic, Protocol, runtime_checkable
 
 from .._core.validate import check_delay, check_reason
@@ -19,7 +20,7 @@ from ..codecs import ValueT
 from ..metrics import MetricsSpan
 
 if TYPE_CHECKING:
-    from .work import DistributedWorkQueue
+    from ._claims import Claimed
 
 __all__ = ["TracePropagation", "WorkItem"]
 
@@ -61,25 +62,32 @@ class TracePropagation(Protocol):
         producer's stored ``context`` (bytes from another process: validate them)."""
 
 
+class Settle(Protocol):
+    """How a claim is settled: the work queue's ``ack``/``requeue``/``dead`` transaction for
+    ``item`` (``how``), True if it was still this consumer's."""
+
+    def __call__(
+        self, item: Any, how: str, *, delay: float = ..., reason: str | None = ...
+    ) -> Awaitable[bool]: ...
+
+
 class _Claim:
     """What a :class:`WorkItem` needs to settle its claim."""
 
-    __slots__ = ("context", "data", "lease_id", "queue", "revision", "settled")
+    __slots__ = ("context", "data", "lease_id", "revision", "settle", "settled")
 
     def __init__(
         self,
-        queue: DistributedWorkQueue[Any],
-        data: bytes,
-        revision: int,
+        settle: Settle,
+        claimed: Claimed,
         lease_id: int,
-        context: bytes | None = None,
     ) -> None:
-        self.queue = queue
-        self.data = data
-        self.revision = revision  # the claim transaction's revision = the marker's create rev
+        self.settle = settle  # the queue's settle call: the item never names its queue
+        self.data = claimed.head.value
+        self.revision = claimed.revision  # the claim transaction's = the marker's create rev
         self.lease_id = lease_id  # the lease the marker lives on
         self.settled = False
-        self.context = context  # the producer's trace context (tracing on), or None
+        self.context = claimed.context  # the producer's trace context (tracing on), or None
 
 
 class WorkItem(Generic[ValueT]):
@@ -154,7 +162,7 @@ class WorkItem(Generic[ValueT]):
                     print("the claim was lost: the job may run twice")
                 assert await item.ack() is False     # already settled
         """
-        return await self._claim.queue._settle(self, "ack")
+        return await self._claim.settle(self, "ack")
 
     async def requeue(self, delay: float | None = None) -> bool:
         """Hand the item back, keeping its id and attempt count: at once to its original place,
@@ -176,7 +184,7 @@ class WorkItem(Generic[ValueT]):
                 assert await queue.try_receive() is None
         """
         wait = check_delay(delay)
-        return await self._claim.queue._settle(self, "requeue", delay=wait)
+        return await self._claim.settle(self, "requeue", delay=wait)
 
     async def dead_letter(self, reason: str) -> bool:
         """Give up on the item: move it to the dead letters at once, with ``reason`` stored
@@ -195,7 +203,7 @@ class WorkItem(Generic[ValueT]):
                 assert (dead.id, dead.reason, dead.attempts) == (item.id, "unsupported format", 1)
         """
         text = check_reason(reason)
-        return await self._claim.queue._settle(self, "dead", reason=text)
+        return await self._claim.settle(self, "dead", reason=text)
 
     def __repr__(self) -> str:
         state = "settled" if self._claim.settled else "claimed"

@@ -68,12 +68,7 @@ from .._core.logctx import library_logger
 from .._core.txn import Cmp, GetOp, Op
 from .._core.validate import check_duration, check_int_range
 from ..codecs import Codec, ValueT
-from ..errors import (
-    EtcdRecipeError,
-    InvalidArgumentError,
-    RecipeClosedError,
-    RetriesExhaustedError,
-)
+from ..errors import EtcdRecipeError, InvalidArgumentError, RecipeClosedError, RetriesExhaustedError
 from ..types import KeyValue, RangeResult, SortOrder, SortTarget
 from ._metering import Metered
 from ._take import TakeQueue

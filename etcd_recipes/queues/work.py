@@ -89,14 +89,14 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, cast, overload
 
 from .._core.logctx import library_logger
-from .._core.recipe import Recipe
+from .._core.shield import abort_guard
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.validate import check_delay, check_timeout
-from .._core.waiting import Interrupts, abort_guard, wait_for_put_under
+from .._recipe.recipe import Recipe
+from .._recipe.waiting import Interrupts, wait_for_put_under
 from ..codecs import Codec, ValueT, as_codec
 from ..errors import (
     CodecError,
-    InvalidArgumentError,
     LeaseEventError,
     LeaseNotFoundError,
     RecipeClosedError,
@@ -107,9 +107,10 @@ from ._claims import Claimer
 from ._consumer import RECEIVE_CALL, ConsumerLease
 from ._layout import Snapshot, WorkKeys, check_id, item_name, ready_millis
 from ._metering import Metered, batch_size, check_propagation, report_lease_loss
+from ._produce import check_batch, create, encode, now_millis
 from ._sweep import Sweeps
-from ._take import check_batch, create, decode_at, encode, now_millis
-from .config import WorkQueueConfig
+from ._take import decode_at
+from .config import WorkQueueConfig, _check_config
 from .dead_letters import DeadLetter, _list_dead, _purge_dead, _requeue_dead
 from .item import TracePropagation, WorkItem, _Claim
 
@@ -162,9 +163,7 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
     ) -> None:
         super().__init__(client, path, client_id=client_id, metrics_name=metrics_name)
         self._trace = check_propagation(trace_propagation)
-        if config is not None and not isinstance(config, WorkQueueConfig):
-            raise InvalidArgumentError(f"config must be a WorkQueueConfig, not {config!r}")
-        self.config: WorkQueueConfig = config or WorkQueueConfig()
+        self.config: WorkQueueConfig = _check_config(config)
         """The queue's settings."""
         self.codec: Codec[ValueT] | None = None if codec is None else as_codec(codec)
         """The value codec (``None``: raw bytes, ``str`` accepted and UTF-8 encoded)."""
@@ -533,7 +532,7 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
             # round trip) while it is fresh. The claim of a stale candidate just fails over.
             self._prefetched = (time.monotonic(), claimed.after)
             name = item_name(claimed.head.key)
-            claim = _Claim(self, claimed.head.value, claimed.revision, lease_id, claimed.context)
+            claim = _Claim(self._settle, claimed, lease_id)
             try:
                 value = decode_at(self.codec, claimed.head, self.exception_context, _DEAD)
             except CodecError as exc:

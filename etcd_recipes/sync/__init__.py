@@ -51,7 +51,6 @@ the export list in ``etcd_recipes/__init__.py``.
 """
 
 from etcd_recipes._core.logctx import LOG_FIELDS, RecipeContextFilter, current_recipe
-from etcd_recipes._core.recipe import BackgroundException
 from etcd_recipes._core.txn import (
     Cmp,
     CmpResult,
@@ -63,7 +62,7 @@ from etcd_recipes._core.txn import (
     PutOp,
     TxnOp,
 )
-from etcd_recipes._core.watch import WatchItem
+from etcd_recipes._recipe.recipe import BackgroundException
 from etcd_recipes.caches.children import (
     ChildData,
     PathChildrenCacheEvent,
@@ -72,6 +71,7 @@ from etcd_recipes.caches.children import (
 )
 from etcd_recipes.caches.events import BatchKind, CacheBatch, CacheEntry, CacheEvent, CacheEventType
 from etcd_recipes.caches.node import NodeCacheEvent, NodeCacheEventType
+from etcd_recipes.client.watch import WatchItem
 from etcd_recipes.codecs import (
     BYTES,
     INT32,
@@ -184,10 +184,8 @@ from etcd_recipes.resilience import (
     RpcResilience,
     WatchResilience,
 )
-from etcd_recipes.sync._core.lease import AcquisitionLease, SelfHealingLease
-from etcd_recipes.sync._core.recipe import Recipe
 from etcd_recipes.sync._core.streams import EventStream
-from etcd_recipes.sync._core.watch import Watch
+from etcd_recipes.sync._recipe.recipe import Recipe
 from etcd_recipes.sync._runtime.calls import fail_after
 from etcd_recipes.sync.barriers.barrier import DistributedBarrier
 from etcd_recipes.sync.barriers.counted import DistributedBarrierWithCount
@@ -196,6 +194,8 @@ from etcd_recipes.sync.caches.children import PathChildrenCache
 from etcd_recipes.sync.caches.node import NodeCache
 from etcd_recipes.sync.caches.prefix import PrefixCache
 from etcd_recipes.sync.client import EtcdClient, connect
+from etcd_recipes.sync.client.lease import AcquisitionLease, SelfHealingLease
+from etcd_recipes.sync.client.watch import Watch
 from etcd_recipes.sync.counter import DistributedAtomicLong
 from etcd_recipes.sync.discovery.cache import ServiceCache
 from etcd_recipes.sync.discovery.facade import ServiceDiscovery

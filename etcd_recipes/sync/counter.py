@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from etcd_recipes import counter as _async
-from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._recipe.recipe import Recipe
 from etcd_recipes.sync._runtime.twin import check_twin
 
 if TYPE_CHECKING:

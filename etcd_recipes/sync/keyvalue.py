@@ -11,7 +11,7 @@ from etcd_recipes._core.streams import DEFAULT_STREAM_BUFFER
 from etcd_recipes.codecs import Codec
 from etcd_recipes.events import LeaseEvent
 from etcd_recipes.keyvalue import DEFAULT_TTL
-from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._recipe.recipe import Recipe
 from etcd_recipes.sync._runtime.twin import check_twin
 
 if TYPE_CHECKING:

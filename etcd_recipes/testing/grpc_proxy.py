@@ -39,7 +39,7 @@ from etcd_recipes.errors import (
     NotStartedError,
     UsageError,
 )
-from etcd_recipes.testing._binary import find_etcd_binary
+from etcd_recipes.testing._binary import etcd_binary_version, find_etcd_binary
 from etcd_recipes.testing._process import (
     PORT_ATTEMPTS,
     EtcdStartupError,
@@ -380,8 +380,9 @@ class EtcdGrpcProxy(StartStop):
 
     def _command(self, root: Path) -> list[str]:
         listen = self.endpoint
+        binary = self._binary or find_etcd_binary()
         cmd = [
-            self._binary or find_etcd_binary(),
+            binary,
             "grpc-proxy", "start",
             f"--endpoints={','.join(self.upstream_endpoints)}",
             f"--listen-addr={listen}",
@@ -389,8 +390,9 @@ class EtcdGrpcProxy(StartStop):
             # (127.0.0.1:23790) could be another test's proxy.
             f"--advertise-client-url={listen}",
             f"--data-dir={root / 'data'}",  # default: ./default.proxy in the working dir
-            f"--grpc-keepalive-min-time={duration_flag(self._keepalive_min_time)}",
         ]  # fmt: skip
+        if etcd_binary_version(binary) >= (3, 5, 0):  # 3.4's proxy has no such flag
+            cmd.append(f"--grpc-keepalive-min-time={duration_flag(self._keepalive_min_time)}")
         upstream = self._upstream.client_kwargs()
         if upstream.get("ca_cert"):
             cert, key = upstream.get("cert"), upstream.get("key")

@@ -74,6 +74,7 @@ class _MemberSpec:
     token: str
     client_port: int
     peer_port: int
+    state: str = "new"  # "existing": a member added to a running cluster
 
 
 # --------------------------------------------------------------------------- EtcdServer
@@ -431,7 +432,7 @@ class EtcdServer(ServerAccess, StartStop):
             "--listen-peer-urls", peer_url,
             "--initial-advertise-peer-urls", peer_url,
             "--initial-cluster", initial_cluster,
-            "--initial-cluster-state", "new",
+            "--initial-cluster-state", self._member.state if self._member else "new",
             "--initial-cluster-token", self._token,
             "--unsafe-no-fsync",
             "--logger", "zap",

@@ -6,13 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from etcd_recipes import (
-    NodeCache,
-    PathChildrenCache,
-    PrefixCache,
-    ResilienceConfig,
-    connect,
-)
+from etcd_recipes import NodeCache, PathChildrenCache, PrefixCache, ResilienceConfig, connect
 from etcd_recipes.testing import TcpProxy
 from tests.helpers import eventually
 from tests.queues.metrics_sink import EventSink

@@ -131,7 +131,7 @@ def test_a_wrong_password_is_one_line_and_an_explicit_user_beats_the_variable(
 
 
 def test_etcd_endpoints_wins_over_etcdctl_endpoints_as_in_the_library(etcd_server) -> None:
-    from etcd_recipes._core.settings import ENDPOINT_VARIABLES
+    from etcd_recipes.client.settings import ENDPOINT_VARIABLES
 
     assert ENDPOINT_VARIABLES == ("ETCD_ENDPOINTS", "ETCDCTL_ENDPOINTS")
     closed = "127.0.0.1:1"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import etcd_recipes._core.watch_hub as watch_hub
+import etcd_recipes.client.watch_hub as watch_hub
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import grpc
 import pytest
 
 from etcd_recipes import EtcdConnectionError, TlsHandshakeError
-from etcd_recipes._core.rpc import map_grpc_error
+from etcd_recipes.client.rpc import map_grpc_error
 
 
 def _unavailable(details: str) -> grpc.aio.AioRpcError:

@@ -21,7 +21,7 @@ from etcd_recipes import (
     WatchResilience,
 )
 from etcd_recipes._core.metering import meter_for
-from etcd_recipes._core.rpc import RpcRunner, is_retriable
+from etcd_recipes.client.rpc import RpcRunner, is_retriable
 from etcd_recipes.errors import EtcdServerError, TooManyOperationsError
 from etcd_recipes.resilience import Bounded, ExponentialBackoff, Never
 

@@ -7,13 +7,7 @@ import asyncio
 
 import pytest
 
-from etcd_recipes import (
-    CompactedError,
-    EventType,
-    WatchEvent,
-    WatchResynced,
-    connect,
-)
+from etcd_recipes import CompactedError, EventType, WatchEvent, WatchResynced, connect
 
 
 async def _next(watch, timeout: float = 5.0):

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from etcd_recipes import LockLostError, Op
-from etcd_recipes._core.hold import Hold
+from etcd_recipes._recipe.hold import Hold
 from tests.helpers import eventually
 
 

@@ -8,7 +8,7 @@ import asyncio
 import anyio
 import pytest
 
-from etcd_recipes._core.waiting import abort_guard, run_shielded
+from etcd_recipes._core.shield import abort_guard, run_shielded
 
 
 async def _slow_cleanup(done: list[str]) -> None:

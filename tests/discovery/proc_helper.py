@@ -15,7 +15,10 @@ from etcd_recipes import ServiceInstance, ServiceRegistry, connect
 
 
 async def main(endpoint: str, path: str, name: str, port: str, ttl: str = "2") -> None:
-    async with connect(endpoint) as client, ServiceRegistry(client, path, ttl=int(ttl)) as reg:
+    async with (
+        connect(endpoint) as client,
+        ServiceRegistry(client, path, lease_ttl=int(ttl)) as reg,
+    ):
         me = ServiceInstance(name, "", address="127.0.0.1", port=int(port))
         await reg.register(me)
         print(json.dumps({"id": me.id, "key": reg.key_of(me)}), flush=True)

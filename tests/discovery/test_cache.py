@@ -83,7 +83,7 @@ async def test_the_cache_follows_through_a_restart(fresh_etcd_server):
     server = fresh_etcd_server
     async with (
         connect(**server.client_kwargs(), **FAST) as client,
-        ServiceRegistry(client, "/svc", ttl=5) as registry,
+        ServiceRegistry(client, "/svc", lease_ttl=5) as registry,
         ServiceCache(client, "/svc", "orders") as cache,
     ):
         first = ServiceInstance("orders", "", port=80)

@@ -268,3 +268,23 @@ async def _first(*events: asyncio.Event) -> None:
     _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     for task in pending:
         task.cancel()
+
+
+async def test_lease_ttl_is_the_name_and_ttl_a_deprecated_alias(etcd_client, etcd_prefix):
+    from etcd_recipes import InvalidArgumentError, ServiceDiscovery
+
+    registry = ServiceRegistry(etcd_client, etcd_prefix + "svc", lease_ttl=7)
+    assert registry.lease_ttl == 7 and registry.ttl == 7
+    with pytest.warns(DeprecationWarning, match="lease_ttl="):
+        old = ServiceRegistry(etcd_client, etcd_prefix + "svc", ttl=9)
+    assert old.lease_ttl == 9
+    with (
+        pytest.warns(DeprecationWarning, match="deprecated"),
+        pytest.raises(InvalidArgumentError, match="not both"),
+    ):
+        ServiceRegistry(etcd_client, etcd_prefix + "svc", lease_ttl=7, ttl=9)
+    with pytest.warns(DeprecationWarning, match="ServiceDiscovery"):
+        facade = ServiceDiscovery(etcd_client, etcd_prefix + "svc", ttl=8)
+    assert facade.registry.lease_ttl == 8
+    for recipe in (registry, old, facade):
+        await recipe.aclose()

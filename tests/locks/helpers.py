@@ -84,7 +84,7 @@ async def lease_keys(client: EtcdClient, lease_id: int) -> list[bytes]:
 
 def short_idle_window(monkeypatch: Any, seconds: float = 0.3) -> None:
     """Make the client's pooled lock leases idle out after ``seconds`` (tests wait for it)."""
-    from etcd_recipes._core import lease_pool
+    from etcd_recipes.client import lease_pool
 
     monkeypatch.setattr(lease_pool, "IDLE_SECONDS", seconds)
 

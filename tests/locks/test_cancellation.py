@@ -62,14 +62,14 @@ async def test_cancelled_at_any_point_leaves_nothing(etcd_client, etcd_prefix, d
     """Cancel at arbitrary points, including mid-RPC (the lease grant, the queueing
     transaction, the predecessor read, the watch set-up)."""
     granted: list[int] = []
-    grant = etcd_client.lease_grant
+    grant = etcd_client._grant_lease  # every grant goes through it (lease_grant too)
 
     async def recording_grant(ttl, **kwargs):
         result = await grant(ttl, **kwargs)
         granted.append(result.id)
         return result
 
-    etcd_client.lease_grant = recording_grant
+    etcd_client._grant_lease = recording_grant
     path = etcd_prefix + "m"
     holder = DistributedMutex(etcd_client, path)
     await holder.acquire()
@@ -82,7 +82,7 @@ async def test_cancelled_at_any_point_leaves_nothing(etcd_client, etcd_prefix, d
             outcomes.add("acquired?!")
         except TimeoutError:
             outcomes.add("timeout")
-    del etcd_client.lease_grant
+    del etcd_client._grant_lease
     assert outcomes == {"timeout"}
     assert [lease_of(k) for k in await keys(etcd_client, path + "/")] == [holder.hold.lease_id]
     for lease in granted:

@@ -15,13 +15,8 @@ import time
 import anyio
 import pytest
 
-from etcd_recipes import (
-    DistributedMutex,
-    DistributedReadWriteLock,
-    DistributedSemaphore,
-    connect,
-)
-from etcd_recipes._core.lease_pool import pooled_lease_ids
+from etcd_recipes import DistributedMutex, DistributedReadWriteLock, DistributedSemaphore, connect
+from etcd_recipes.client.lease_pool import pooled_lease_ids
 from tests.helpers import eventually
 
 from .helpers import keys, lease_keys, server_leases, short_idle_window, traffic
@@ -33,14 +28,14 @@ async def own_client(etcd_server, monkeypatch):
     short_idle_window(monkeypatch, 0.5)
     async with connect(**etcd_server.client_kwargs()) as client:
         granted: list[int] = []
-        grant = client.lease_grant
+        grant = client._grant_lease  # every grant goes through it (lease_grant too)
 
         async def recording_grant(ttl, **kwargs):
             result = await grant(ttl, **kwargs)
             granted.append(result.id)
             return result
 
-        client.lease_grant = recording_grant  # type: ignore[method-assign]
+        client._grant_lease = recording_grant  # type: ignore[method-assign]
         client.granted = granted  # type: ignore[attr-defined]
         yield client
 

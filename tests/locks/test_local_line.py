@@ -10,7 +10,7 @@ import gc
 import pytest
 
 from etcd_recipes import DistributedMutex
-from etcd_recipes._core.lease_pool import pooled_lease_ids
+from etcd_recipes.client.lease_pool import pooled_lease_ids
 from tests.helpers import eventually
 
 from .helpers import GIVE_UP, keys, lease_keys, lease_of, traffic
@@ -163,7 +163,7 @@ async def test_try_once_behind_a_local_holder_sends_nothing(etcd_client, etcd_pr
 
 
 async def test_the_line_is_per_client_and_path_and_goes_with_its_mutexes(etcd_client, etcd_prefix):
-    from etcd_recipes.locks._session import _LINES
+    from etcd_recipes.locks._line import _LINES
 
     a = DistributedMutex(etcd_client, etcd_prefix + "a")
     also_a = DistributedMutex(etcd_client, etcd_prefix + "a")

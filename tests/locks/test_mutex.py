@@ -123,14 +123,14 @@ async def test_contended_with_lock_timeout_never_runs_the_body(etcd_client, etcd
 async def test_failed_attempts_leave_no_leases(etcd_client, etcd_prefix):
     """B #25: N failed timed acquisitions do not leak leases on the server."""
     granted: list[int] = []
-    grant = etcd_client.lease_grant
+    grant = etcd_client._grant_lease  # every grant goes through it (lease_grant too)
 
     async def recording_grant(ttl, **kwargs):
         result = await grant(ttl, **kwargs)
         granted.append(result.id)
         return result
 
-    etcd_client.lease_grant = recording_grant
+    etcd_client._grant_lease = recording_grant
     path = etcd_prefix + "m"
     async with DistributedMutex(etcd_client, path) as holder:
         for _ in range(5):
@@ -145,7 +145,7 @@ async def test_failed_attempts_leave_no_leases(etcd_client, etcd_prefix):
                 await eventually(
                     lambda gone=lease: _dead(etcd_client, gone), what="idle leases revoked"
                 )
-    del etcd_client.lease_grant
+    del etcd_client._grant_lease
     await holder.aclose()
 
 

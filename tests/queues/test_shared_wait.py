@@ -1,4 +1,4 @@
-"""Parked consumers of one client share one watch per queue path (``_core/waiting.py``): many
+"""Parked consumers of one client share one watch per queue path (``_recipe/waiting.py``): many
 waiters, one watch; every item still reaches exactly one of them; cancelling or closing one
 waiter leaves the others parked; the shared watch goes when the last waiter does."""
 
@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from etcd_recipes import DistributedQueue, DistributedWorkQueue, RecipeClosedError, WorkQueueConfig
-from etcd_recipes._core.waiting import wait_for_put_under
+from etcd_recipes._recipe.waiting import _shared, wait_for_put_under
 from tests.helpers import eventually
 
 CONFIG = WorkQueueConfig(visibility_timeout=5, sweep_interval=30)
@@ -17,7 +17,7 @@ N = 20
 
 
 def parked(client) -> int:
-    return len({f for waker in client._watch_hub.shared.values() for f in waker.waiters})
+    return len({f for waker in _shared(client).values() for f in waker.waiters})
 
 
 async def test_parked_dequeues_share_one_watch_and_each_item_goes_to_one(etcd_client, etcd_prefix):

@@ -238,6 +238,12 @@ def _check(c: EtcdClient, p: str, r: pytest.FixtureRequest) -> str:
     return "check"
 
 
+@case("sync_endpoints")
+def _sync_endpoints(c: EtcdClient, p: str, r: pytest.FixtureRequest) -> str:
+    assert c.sync_endpoints() is False  # a one-member server: the endpoints are the members
+    return "sync_endpoints"
+
+
 @case("is_live")
 def _is_live(c: EtcdClient, p: str, r: pytest.FixtureRequest) -> str:
     assert c.is_live() is True  # run on the client's loop: "this loop" is its own

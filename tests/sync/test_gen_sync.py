@@ -92,30 +92,30 @@ def test_docstrings_are_true_for_a_thread() -> None:
 
 
 def test_changed_signature_fails_the_check(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    client_py = tree / "etcd_recipes" / "client.py"
+    client_py = tree / "etcd_recipes" / "client" / "kv.py"
     source = client_py.read_text()
-    old = "async def count(self, prefix: bytes | str, *, timeout: float | None = _UNSET) -> int:"
+    old = "async def count(self, prefix: bytes | str, *, timeout: float | None = UNSET) -> int:"
     assert old in source
     new = old.replace("*, timeout", "*, keys_only: bool = False, timeout")
     client_py.write_text(source.replace(old, new))
     problems = gen.check(tree)
     assert len(problems) == 1
     assert "stale generated file" in problems[0]
-    assert "sync/client.py" in problems[0]
+    assert "sync/client/__init__.py" in problems[0]
     assert "keys_only: bool = False" in problems[0]
     assert gen.main(["--check", "--source-root", str(tree)]) == 1
     err = capsys.readouterr().err
     assert "keys_only" in err
     assert "out of date" in err
     # Regenerating repairs it, and a second run changes nothing (deterministic).
-    assert gen.write(tree) == [tree / "etcd_recipes" / "sync" / "client.py"]
+    assert gen.write(tree) == [tree / "etcd_recipes" / "sync" / "client" / "__init__.py"]
     assert gen.check(tree) == []
     assert gen.write(tree) == []
 
 
 def test_missing_and_extra_generated_files_fail_the_check(tree: Path) -> None:
     sync = tree / "etcd_recipes" / "sync"
-    (sync / "_core" / "watch.py").unlink()
+    (sync / "client" / "watch.py").unlink()
     (sync / "old_recipe.py").write_text(gen.MARKER + " from etcd_recipes/old_recipe.py\n")
     (sync / "notes.py").write_text("# hand-written, not generated\n")
     problems = gen.check(tree)
@@ -131,7 +131,8 @@ def test_missing_and_extra_generated_files_fail_the_check(tree: Path) -> None:
 def test_output_option(tree: Path) -> None:
     out = tree / "elsewhere"
     assert gen.main(["--source-root", str(tree), "--output", str(out)]) == 0
-    assert (out / "client.py").read_text() == (tree / "etcd_recipes/sync/client.py").read_text()
+    made = (out / "client" / "__init__.py").read_text()
+    assert made == (tree / "etcd_recipes/sync/client/__init__.py").read_text()
     assert gen.main(["--check", "--source-root", str(tree), "--output", str(out)]) == 0
 
 
@@ -164,12 +165,12 @@ def test_unused_rules_fail_the_run(monkeypatch: pytest.MonkeyPatch, tree: Path) 
     monkeypatch.setattr(rules, "OPAQUE", {*rules.OPAQUE, ("etcd_recipes.types", "Nothing")})
     with pytest.raises(gen.GenError, match="unused rules") as info:
         gen.generate(tree)
-    for name in ("'no such text'", "'__adel__'", "etcd_recipes.types.Nothing"):
+    for name in ("'no such text'", "RENAMES '__adel__'", "('etcd_recipes.types', 'Nothing')"):
         assert name in str(info.value)
     assert gen.main(["--check", "--source-root", str(tree)]) == 2
 
 
-def test_unsupported_input_is_a_clear_error(tree: Path) -> None:
+def test_an_unannotated_public_attribute_is_a_clear_error(tree: Path) -> None:
     source = """
         from __future__ import annotations
 
@@ -177,15 +178,38 @@ def test_unsupported_input_is_a_clear_error(tree: Path) -> None:
 
 
         class Odd:
-            def __init__(self, client: "EtcdClient") -> None:
-                self.size = len("x") + 1
+            def __init__(self, client: "EtcdClient", size: int) -> None:
+                self._client = client
+                self.size = size
 
             async def ping(self) -> None: ...
 
         from .client import EtcdClient
         """
     export(tree, "odd", ["Odd"], source)
-    with pytest.raises(gen.GenError, match=r"annotate it \(self.size: T = ...\)"):
+    with pytest.raises(gen.GenError, match=r"odd.py:10: .*annotate it \(self.size: T = ...\)"):
+        gen.generate(tree)
+
+
+def test_a_typevar_bound_to_a_twinned_class_is_a_clear_error(tree: Path) -> None:
+    source = """
+        from __future__ import annotations
+
+        from typing import TypeVar
+
+        from ._recipe.recipe import Recipe
+
+        __all__ = ["Chained"]
+
+        C = TypeVar("C", bound="Chained")
+
+
+        class Chained(Recipe):
+            async def again(self: C) -> C:
+                return self
+        """
+    export(tree, "chained", ["Chained"], source)
+    with pytest.raises(gen.GenError, match="C is bound to Chained; annotate with Self instead"):
         gen.generate(tree)
 
 
@@ -193,7 +217,7 @@ def test_classes_used_by_twinned_signatures_are_twinned_too(tree: Path) -> None:
     source = """
         from __future__ import annotations
 
-        from ._core.hold import Hold
+        from ._recipe.hold import Hold
 
         __all__ = ["Leaky"]
 
@@ -210,8 +234,8 @@ def test_classes_used_by_twinned_signatures_are_twinned_too(tree: Path) -> None:
     export(tree, "leaky", ["Leaky"], source)
     files = gen.generate(tree)
     assert "def acquire(self) -> Hold:" in files["leaky.py"]
-    assert "from etcd_recipes.sync._core.hold import Hold" in files["leaky.py"]
-    assert "class Hold(SyncTwin, twin_of=_async.Hold):" in files["_core/hold.py"]
+    assert "from etcd_recipes.sync._recipe.hold import Hold" in files["leaky.py"]
+    assert "class Hold(SyncTwin, twin_of=_async.Hold):" in files["_recipe/hold.py"]
     assert '"Hold"' not in files["__init__.py"]  # twinned, not exported
 
 
@@ -223,7 +247,7 @@ def test_private_base_of_a_recipe_needs_no_repeated_recipe_base(tree: Path) -> N
 
         from typing_extensions import TypeVar
 
-        from ._core.recipe import Recipe
+        from ._recipe.recipe import Recipe
 
         __all__ = ["Public"]
 
@@ -231,6 +255,9 @@ def test_private_base_of_a_recipe_needs_no_repeated_recipe_base(tree: Path) -> N
 
 
         class _Private(Recipe, Generic[T]):
+            size: int
+            """How many values were fetched."""
+
             async def fetch(self) -> T | None:
                 """Nothing yet."""
                 return None
@@ -249,6 +276,7 @@ def test_private_base_of_a_recipe_needs_no_repeated_recipe_base(tree: Path) -> N
     assert "from typing_extensions import TypeVar" in toy
     assert 'T = TypeVar("T", default=bytes)' in toy
     assert "def fetch(self) -> T | None:" in toy  # flattened from the private base
+    assert 'def size(self) -> int:\n        """How many values were fetched."""' in toy
     assert "def put(self, value: T) -> None:" in toy
     out = tree / "etcd_recipes" / "sync"
     for rel, text in files.items():
@@ -277,7 +305,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Generic, TypeVar, overload
 
-from ._core.recipe import Recipe
+from ._recipe.recipe import Recipe
 from .codecs import Codec
 from .types import KeyValue
 
@@ -303,7 +331,7 @@ class Widget(Recipe, Generic[T]):
         self, client: EtcdClient, path: str, codec: Codec[T], *, check: Check | None = None
     ) -> None:
         super().__init__(client, path)
-        self.codec = codec
+        self.codec: Codec[T] = codec
         self.label: str = "widget"
         """A label."""
         self._check_hook = check

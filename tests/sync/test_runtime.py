@@ -317,8 +317,8 @@ def test_client_closed_while_a_block_is_open(etcd_server: Any) -> None:
 
 
 def test_the_facade_waits_as_long_as_the_longest_async_cleanup() -> None:
-    from etcd_recipes._core.waiting import CLEANUP_TIMEOUT
+    from etcd_recipes._core.shield import CLEANUP_TIMEOUT
     from etcd_recipes.sync._runtime.runtime import FACADE_CLEANUP_WAIT
 
-    # A recipe's aclose() is bounded at twice one cleanup (_core/recipe.py): 10 s today.
+    # A recipe's aclose() is bounded at twice one cleanup (_recipe/recipe.py): 10 s today.
     assert FACADE_CLEANUP_WAIT == 2 * CLEANUP_TIMEOUT == 10.0

@@ -25,12 +25,7 @@ from aetcd import rpc as pb
 
 from etcd_recipes import Cmp, EtcdClient, Op, connect
 from etcd_recipes.errors import AuthenticationError, NotStartedError, UsageError
-from etcd_recipes.testing import (
-    EtcdGrpcProxy,
-    EtcdServer,
-    EtcdStartupError,
-    ExternalEtcdServer,
-)
+from etcd_recipes.testing import EtcdGrpcProxy, EtcdServer, EtcdStartupError, ExternalEtcdServer
 from etcd_recipes.testing._process import free_ports
 
 WAIT = 5.0  # generous bound for things that do happen

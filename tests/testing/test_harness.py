@@ -259,8 +259,9 @@ def test_auth_root_password() -> None:
         assert "authentication failed" in wrong.stderr
         anonymous = server.etcdctl("get", "/h/auth", user="")
         assert anonymous.returncode != 0
-        server.restart()  # auth state lives in the data dir
-        assert "Status: true" in server.etcdctl("auth", "status").stdout
+        server.restart()  # auth state lives in the data dir: still on after the restart
+        # (not ``etcdctl auth status``: etcd 3.4's etcdctl has no such command)
+        assert server.etcdctl("get", "/h/auth", user="").returncode != 0
         assert server.etcdctl("get", "/h/auth", "--print-value-only").stdout == "ok\n"
 
 

@@ -31,8 +31,8 @@ Where it goes
 
 How members map
     * ``async def m`` -> ``def m`` run on the client's loop thread; plain methods also run
-      there (``call_sync``); properties and public ``self.x`` attributes of ``__init__``
-      become read-through properties; class attributes are copied;
+      there (``call_sync``); properties and public attributes (``self.x: T`` in ``__init__``,
+      ``x: T`` in the class body) become read-through properties; class attributes are copied;
     * ``__aenter__``/``__aexit__`` -> ``__enter__``/``__exit__`` (one task per ``with``
       block); ``__aiter__``/``__anext__`` -> ``__iter__``/``__next__``; ``aclose`` ->
       ``close`` (``rules.RENAMES``); methods returning ``AsyncIterator[X]`` or an async
@@ -46,16 +46,16 @@ How members map
     * public members of private base classes are flattened in; the nearest twinned ancestors
       (reached through private bases too) are the twin's bases, so ``class Public(_Private)``
       with ``class _Private(Recipe)`` gives a twin that is a sync ``Recipe``;
-    * TypeVars are redefined in the twin module with their arguments (a twinned ``bound``
-      names the twin; PEP 696 ``default=`` and ``typing_extensions.TypeVar`` are kept);
-    * docstrings pass through ``rules.DOC_REWRITES``: examples become blocking code (``await
-      x`` -> ``x``, ``async with``/``for`` -> ``with``/``for``, ``asyncio.run(main())`` ->
-      ``main()``, ``.aclose()`` -> ``.close()``, ``from etcd_recipes import`` -> ``from
-      etcd_recipes.sync import``) and "the calling task"/"per task" wording says thread.
+    * ``Self`` stays ``Self`` (the twin); TypeVars are redefined in the twin module with their
+      arguments (PEP 696 ``default=`` and ``typing_extensions.TypeVar`` are kept);
+    * docstrings pass through ``rules.DOC_REWRITES``: examples become blocking code and "the
+      calling task"/"per task" wording says thread.
 
 What a recipe author must write in the async source
-    Annotate every public parameter, result and ``self.x`` attribute (or assign it from an
-    annotated parameter, a literal, or a call of an annotated function/class); keep public
+    Annotate every public parameter, result and attribute -- ``self.x: T = ...`` in
+    ``__init__`` (an unannotated one is a :class:`GenError`), or ``x: T`` in the class body
+    when another method assigns it; return ``Self`` (``typing_extensions``), not a TypeVar
+    bound to the class; put a ``Literal`` of strings in a module-level alias. Keep public
     classes' bases plain names (no ``Base[T]`` of a twinned base); use no decorators on public
     methods other than ``property``, ``staticmethod``, ``classmethod``, ``overload``,
     ``abstractmethod`` and ``asynccontextmanager``; no property setters; do not have both
@@ -64,16 +64,15 @@ What a recipe author must write in the async source
     blocking example. Never repeat a base only for the generator. A shape it cannot twin is a
     :class:`GenError` naming the file and what to change.
 
-Rules are checked too: every entry of ``RENAMES``, ``DOC_REWRITES``, ``OPAQUE`` and ``PURE``
-must be used in a run, else the run (and ``--check``) fails naming it -- delete rules for code
-that is gone.
+Rules are checked too: every entry of ``RENAMES``, ``DOC_REWRITES``, ``OPAQUE``, ``PURE`` and
+``DIRECT`` must be used in a run, else the run (and ``--check``) fails naming it -- delete rules
+for code that is gone.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -108,9 +107,7 @@ def generate(source_root: Path) -> dict[str, str]:
 
 def ruff(files: dict[str, str]) -> dict[str, str]:
     """``files`` with imports sorted (ruff's isort rule) and formatted (``ruff format``)."""
-    beside = Path(sys.executable).with_name("ruff")
-    found = str(beside) if beside.is_file() else shutil.which("ruff")
-    ruff_ = [found] if found else [sys.executable, "-m", "ruff"]
+    ruff_ = [sys.executable, "-m", "ruff"]  # the ruff of this environment (a dev dependency)
     opts = ["--quiet", "--isolated", "--line-length", "100", "--target-version", "py310"]
     first_party = ["--config", f'lint.isort.known-first-party = ["{PACKAGE}"]']
     with tempfile.TemporaryDirectory(prefix="gen_sync-") as tmp:
@@ -125,44 +122,41 @@ def ruff(files: dict[str, str]) -> dict[str, str]:
         return {rel: (base / rel).read_text(encoding="utf-8") for rel in files}
 
 
-def _compare(source_root: Path, output: Path | None) -> tuple[Path, dict[str, str], list[str]]:
-    """(output directory, expected files, generated files on disk that no input produces)."""
+def _changes(source_root: Path, output: Path | None) -> dict[Path, tuple[str | None, str | None]]:
+    """Generated files whose text differs: path -> (text on disk, fresh text), None if absent."""
     output = output or source_root / OUTPUT
-    expected = generate(source_root)
+    fresh = {output / rel: text for rel, text in generate(source_root).items()}
     files = sorted(output.rglob("*.py")) if output.is_dir() else []
-    ours = [f for f in files if f.read_text(encoding="utf-8").startswith(MARKER)]
-    rels = [f.relative_to(output).as_posix() for f in ours]
-    return output, expected, [r for r in rels if r not in expected]
+    disk = {f: text for f in files if (text := f.read_text(encoding="utf-8")).startswith(MARKER)}
+    every = sorted({*fresh, *disk})
+    return {f: (disk.get(f), fresh.get(f)) for f in every if disk.get(f) != fresh.get(f)}
 
 
 def check(source_root: Path, output: Path | None = None) -> list[str]:
     """Problems (with unified diffs) between the committed output and a fresh generation."""
-    output, expected, orphans = _compare(source_root, output)
     problems: list[str] = []
-    for rel, text in expected.items():
-        if not (file := output / rel).is_file():
+    for file, (current, text) in _changes(source_root, output).items():
+        if current is None:
             problems.append(f"missing generated file: {file}")
-        elif (current := file.read_text(encoding="utf-8")) != text:
+        elif text is None:
+            problems.append(f"generated file no input produces (delete it): {file}")
+        else:
             old, new = current.splitlines(keepends=True), text.splitlines(keepends=True)
             diff = difflib.unified_diff(old, new, f"{file} (committed)", f"{file} (generated)")
             problems.append(f"stale generated file: {file}\n{''.join(diff)}")
-    orphaned = [f"generated file no input produces (delete it): {output / r}" for r in orphans]
-    return problems + orphaned
+    return problems
 
 
 def write(source_root: Path, output: Path | None = None) -> list[Path]:
     """(Re)write the output; remove generated files no input produces. Returns changed files."""
-    output, expected, orphans = _compare(source_root, output)
-    changed: list[Path] = []
-    for rel, text in expected.items():
-        if not (file := output / rel).is_file() or file.read_text(encoding="utf-8") != text:
+    changes = _changes(source_root, output)
+    for file, (_, text) in changes.items():
+        if text is None:
+            file.unlink()
+        else:
             file.parent.mkdir(parents=True, exist_ok=True)
             file.write_text(text, encoding="utf-8")
-            changed.append(file)
-    for rel in orphans:
-        (output / rel).unlink()
-        changed.append(output / rel)
-    return changed
+    return list(changes)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -183,8 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GenError as exc:
         print(f"gen_sync: {exc}", file=sys.stderr)
         return 2
-    for line in (
-        [*problems, "etcd_recipes/sync is out of date: run make gen-sync"] if problems else []
-    ):
-        print(line, file=sys.stderr)
+    if problems:
+        hint = "etcd_recipes/sync is out of date: run make gen-sync"
+        print(*problems, hint, sep="\n", file=sys.stderr)
     return 1 if problems else 0

@@ -1,7 +1,5 @@
 """``python -m tools.gen_sync``: see :mod:`tools.gen_sync`."""
 
-import sys
-
 from tools.gen_sync import main
 
-sys.exit(main())
+raise SystemExit(main())

@@ -62,7 +62,7 @@ class Writer:
         self.imports: dict[str, set[str]] = {}
         self.tc_imports: dict[str, set[str]] = {}
         self.names: dict[str, Canon] = {"_async": ("", source.name)}
-        self.typevars: dict[str, Canon] = {}  # TypeVars redefined in the twin module
+        self.typevars: dict[str, tuple[ast.Call, Module]] = {}  # redefined in the twin module
 
     def need(self, module: str, name: str, *, type_only: bool = False) -> str:
         """Import ``name`` from ``module`` (unless builtin/local) and return the name to use."""
@@ -70,15 +70,13 @@ class Writer:
             return name
         if (previous := self.names.setdefault(name, (module, name))) != (module, name):
             raise GenError(f"{self.out_module}: {name!r} means {previous} and {(module, name)}")
-        if module != self.out_module and not type_only:
-            self.imports.setdefault(module, set()).add(name)
-            self.tc_imports.get(module, set()).discard(name)
-        elif module != self.out_module and name not in self.imports.get(module, set()):
-            self.tc_imports.setdefault(module, set()).add(name)
+        if module != self.out_module:  # module_text drops type-only imports also made at run time
+            (self.tc_imports if type_only else self.imports).setdefault(module, set()).add(name)
         return name
 
-    def rewrite(self, node: ast.expr, ctx: Module, *, runtime: bool = False) -> ast.expr:
-        """Copy an annotation/default with names resolved, twinned, and imported."""
+    def rewrite(self, node: ast.expr, ctx: Module) -> ast.expr:
+        """Copy an annotation/default with names resolved, twinned, and imported (strings are
+        forward references: a ``Literal`` of strings needs a module-level alias)."""
         writer = self
 
         class Names(ast.NodeTransformer):
@@ -87,23 +85,18 @@ class Writer:
                 return n if parsed is n else self.visit(parsed)
 
             def visit_Name(self, n: ast.Name) -> ast.AST:
-                return ast.Name(writer.name_for(writer.index.resolve(ctx.name, n.id), runtime))
-
-            def visit_Subscript(self, n: ast.Subscript) -> ast.AST:
-                if writer.index.is_abc(n.value, ctx, "Literal"):  # strings there are values
-                    return ast.Subscript(value=self.visit(n.value), slice=n.slice)
-                return self.generic_visit(n)
+                return ast.Name(writer.name_for(writer.index.resolve(ctx.name, n.id)))
 
         result = Names().visit(copy.deepcopy(node))
         assert isinstance(result, ast.expr)
         return result
 
-    def name_for(self, canon: Canon, runtime: bool) -> str:
+    def name_for(self, canon: Canon) -> str:
         """The name to write for ``canon``: its twin, a local TypeVar, or an import."""
-        if canon in self.plan.twins:
-            return self.need(self.plan.twins[canon], canon[1], type_only=not runtime)
-        if self.plan.typevar(canon) is not None:  # redefined in the twin module
-            self.typevars[canon[1]] = canon
+        if canon in self.plan.twins:  # in annotations only, so no import cycles
+            return self.need(self.plan.twins[canon], canon[1], type_only=True)
+        if tv := self.plan.typevar(canon):
+            self.typevars[canon[1]] = tv
             return self.need(self.out_module, canon[1])
         return self.need(*canon)
 
@@ -111,24 +104,16 @@ class Writer:
         return ast.unparse(self.rewrite(node, ctx))
 
     def typevar_lines(self) -> Lines:
-        """``T = TypeVar("T", ...)`` for every TypeVar the module uses (bounds twinned)."""
-        done: dict[str, str] = {}
-        while set(self.typevars) - set(done):
-            for name in sorted(set(self.typevars) - set(done)):
-                canon = self.typevars[name]
-                tv, mod = self.plan.typevar(canon), self.index.module(canon[0])
-                assert tv is not None
-                assert mod is not None
-                func = self.need(*self.index.canon_of(tv.func, mod) or ("typing", "TypeVar"))
-                args = [repr(name)]
-                pairs = [(None, a) for a in tv.args[1:]] + [(k.arg, k.value) for k in tv.keywords]
-                for key, value in pairs:
-                    lazy = isinstance(value, ast.Constant) and isinstance(value.value, str)
-                    text = ast.unparse(self.rewrite(value, mod, runtime=not lazy))
-                    text = repr(text) if lazy else text  # a string stays lazy
-                    args.append(f"{key}={text}" if key else text)
-                done[name] = f"{name} = {func}({', '.join(args)})"
-        return [done[n] for n in sorted(done)]
+        """``T = TypeVar("T", ...)`` for every TypeVar the module uses, with its arguments."""
+        lines: Lines = []
+        for name, (tv, mod) in sorted(self.typevars.items()):
+            if twin := self.plan.mentions_async(tv, mod):
+                raise GenError(f"{mod.path}: {name} is bound to {twin}; annotate with Self instead")
+            func = self.need(*self.index.canon_of(tv.func, mod) or ("typing", "TypeVar"))
+            args = [repr(name), *(self.text(a, mod) for a in tv.args[1:])]
+            args += [f"{k.arg}={self.text(k.value, mod)}" for k in tv.keywords]
+            lines.append(f"{name} = {func}({', '.join(args)})")
+        return lines
 
     def alias_target(self, node: ast.expr, ctx: Module) -> tuple[ast.expr, Module]:
         """Follow a module-level alias of a ``Callable[...]`` to its definition."""
@@ -147,27 +132,22 @@ class Writer:
         if self.plan.is_twin(self.index.canon_of(inner, ctx)):
             return Conversion("unwrap", self.text(ann, ctx), optional)
         named = inner.value if isinstance(inner, ast.Subscript) else inner  # IndexFn[T] too
-        if self.plan.usage.pure(self.index.canon_of(named, ctx)):
+        if self.plan.usage.uses("PURE", self.index.canon_of(named, ctx)):
             return Conversion("plain", self.text(ann, ctx))
         target, tctx = self.alias_target(inner, ctx)
+        kind = "plain"
         if isinstance(target, ast.Subscript) and self.index.is_abc(target.value, tctx, "Callable"):
-            items = ix.slice_items(target)
-            if len(items) != 2:
-                raise GenError(f"{ctx.path}: malformed Callable {ast.unparse(target)!r}")
-            args, ret = items
+            args, ret = ix.slice_items(target)
             awaits = isinstance(ret, ast.Subscript) and self.index.is_abc(ret.value, tctx, *AWAITS)
             if awaits and isinstance(ret, ast.Subscript):
                 ret_inner = ix.slice_items(ret)[-1]  # Awaitable[R], Coroutine[Any, Any, R]
                 elts = [self.rewrite(args, tctx), self.rewrite(ret_inner, tctx)]
                 sync = ast.unparse(ast.Subscript(self.rewrite(target.value, tctx), ast.Tuple(elts)))
                 return Conversion("hook", sync + (" | None" if optional else ""), optional)
-            if self.plan.mentions_async(target, tctx):
-                raise GenError(f"{ctx.path}: cannot twin the callable {ast.unparse(ann)!r}")
             kind = "listener_nowait" if ix.is_none(ret) else "listener"
-            return Conversion(kind, self.text(ann, ctx), optional)
-        if self.plan.mentions_async(ann, ctx):
+        if self.plan.mentions_async(target, tctx):
             raise GenError(f"{ctx.path}: cannot twin a parameter of type {ast.unparse(ann)!r}")
-        return Conversion("plain", self.text(ann, ctx))
+        return Conversion(kind, self.text(ann, ctx), optional)
 
     def result(self, ann: ast.expr | None, ctx: Module, *, cm: bool = False) -> Conversion:
         """How a result crosses: wrapped twin, blocking iterator/context manager, or plain."""
@@ -214,9 +194,11 @@ class Writer:
         positional = a.posonlyargs + a.args
         defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
 
-        def one(arg: ast.arg, default: ast.expr | None, keyword: bool) -> None:
+        def one(arg: ast.arg, default: ast.expr | None, keyword: bool, star: str = "") -> None:
             conv = self.param(arg.annotation, ctx)
-            text = arg.arg + (f": {conv.annotation}" if conv.annotation is not None else "")
+            if star and conv.kind != "plain":
+                raise GenError(f"{ctx.path}: {star}{arg.arg} must be plainly typed")
+            text = star + arg.arg + (f": {conv.annotation}" if conv.annotation is not None else "")
             params.append(text + (f" = {self.text(default, ctx)}" if default is not None else ""))
             value = arg.arg
             if conv.kind == "unwrap":
@@ -225,16 +207,7 @@ class Writer:
                 value = f"{rt}.{conv.kind}({arg.arg})"
             if conv.optional and value != arg.arg:
                 value = f"None if {arg.arg} is None else {value}"
-            args.append(f"{arg.arg}={value}" if keyword else value)
-
-        def star(prefix: str, extra: ast.arg | None) -> None:
-            if extra is not None:
-                conv = self.param(extra.annotation, ctx)
-                if conv.kind != "plain":
-                    raise GenError(f"{ctx.path}: {prefix}{extra.arg} must be plainly typed")
-                ann = f": {conv.annotation}" if conv.annotation else ""
-                params.append(f"{prefix}{extra.arg}{ann}")
-                args.append(f"{prefix}{extra.arg}")
+            args.append(f"{arg.arg}={value}" if keyword else star + value)
 
         for i, (arg, default) in enumerate(zip(positional, defaults)):
             if i == 0 and arg.arg in ("self", "cls"):
@@ -244,11 +217,13 @@ class Writer:
                 one(arg, default, False)
             if a.posonlyargs and arg is a.posonlyargs[-1]:
                 params.append("/")
-        star("*", a.vararg)
+        if a.vararg:
+            one(a.vararg, None, False, "*")
         params += ["*"] if a.vararg is None and a.kwonlyargs else []
         for arg, kw_default in zip(a.kwonlyargs, a.kw_defaults):
             one(arg, kw_default, True)
-        star("**", a.kwarg)
+        if a.kwarg:
+            one(a.kwarg, None, False, "**")
         return params, args
 
     def runtime_param(self, fn: Func, ctx: Module) -> str | None:
@@ -268,16 +243,14 @@ class Writer:
         result = self.result(fn.returns, ctx)
         x = suffix(params)
         lines = self.head(fn.name, params, result.annotation, fn, ctx, lv)
-        is_async = isinstance(fn, ast.AsyncFunctionDef) and not ix.is_async_generator(fn)
+        # an async generator (or @asynccontextmanager) is called, not awaited
+        is_async = isinstance(fn, ast.AsyncFunctionDef) and result.kind not in ("iter", "cm")
         if runtime is not None:
             func = f"{runtime}._rt.{'call' if is_async else 'call_sync'}"
             lines.append(f"{IND * (lv + 1)}{self.need(TWIN, 'check_twin')}({runtime}, {runtime!r})")
             return lines + self.forward(result, func, [target, *args], runtime, lv + 1, x)
-        if result.kind != "twin" or result.optional:
-            raise GenError(
-                f"{ctx.path}: {fn.name}() takes no twinned argument, so it must return a "
-                "twinned object (a new client that owns its runtime)"
-            )
+        if result.kind != "twin" or result.optional:  # a new client that owns its runtime
+            raise GenError(f"{ctx.path}: {fn.name}() takes no twin, so it must return one")
         self.need("etcd_recipes.sync._runtime.runtime", "Runtime")
         factory = "Runtime.create_awaiting" if is_async else "Runtime.create"
         lines += call(factory, [target, *args], lv + 1, f"runtime{x}, value{x} = ")
@@ -306,9 +279,8 @@ class Writer:
         lines += self.doc(ix.doc_segment(plan.node.body, ctx), 1)
         lines.append(f"{IND}_a: _async.{plan.name}{f'[{params}]' if params else ''}")
         lines += self.init_text(plan)
-        has_next = any(m.name == "__anext__" for m in plan.members)
         for member in plan.members:
-            lines += self.member_text(plan, member, has_next)
+            lines += self.member_text(plan, member)
         return lines
 
     def init_text(self, plan: ClassPlan) -> Lines:
@@ -334,9 +306,9 @@ class Writer:
             lines[-1] += " ..."
         return lines
 
-    def member_text(self, plan: ClassPlan, m: Member, has_next: bool) -> Lines:
+    def member_text(self, plan: ClassPlan, m: Member) -> Lines:
         ctx, fn = m.ctx, m.node
-        if m.kind in ("property", "attribute"):
+        if m.kind == "property":
             return self.property_text(m)
         if m.kind == "classattr":
             typed = f": {self.text(m.annotation, ctx)}" if m.annotation is not None else ""
@@ -352,8 +324,8 @@ class Writer:
             raise GenError(f"{ctx.path}: cannot twin {plan.name}.{m.name} decorated with {decs}")
         name = self.plan.usage.rename(m.name)
         params, args = self.signature(fn, ctx, "self._rt")
-        if m.name == "__aiter__" and has_next and ix.returns_self(fn):
-            ret = self.result(fn.returns, ctx).annotation
+        if m.name == "__aiter__" and any(n.name == "__anext__" for n in plan.members):
+            ret = self.result(fn.returns, ctx).annotation  # an iterator's __aiter__ returns self
             return [*define(name, params, ret, 1), f"{IND * 2}return self"]
         result = self.result(fn.returns, ctx, cm=acm)
         lines = self.overload_stubs(m.overloads, name, ctx, cm=acm)
@@ -378,30 +350,20 @@ class Writer:
         if m.name == "__anext__":
             anext = ["self._a.__anext__"]
             return lines + self.forward(result, "self._rt.next", anext, "self", 2, "")
-        is_async = isinstance(fn, ast.AsyncFunctionDef) and not ix.is_async_generator(fn)
-        if is_async and result.kind in ("iter", "cm"):
-            raise GenError(f"{ctx.path}: async {m.name} returning {ann}")
+        # an async generator (or @asynccontextmanager) is called, not awaited (a coroutine
+        # returning an async iterator would be wrapped unawaited: mypy rejects the twin)
+        is_async = isinstance(fn, ast.AsyncFunctionDef) and result.kind not in ("iter", "cm")
         method = "self._rt.call" if is_async else "self._rt.call_sync"
         target = f"self._a.{m.name}"
-        if self.plan.usage.direct(plan.ctx.name, plan.name, m.name):
-            if not is_async:
-                raise GenError(f"{ctx.path}: {plan.name}.{m.name} is DIRECT but not async")
+        if self.plan.usage.uses("DIRECT", (plan.ctx.name, plan.name, m.name)):
             # mypy --strict checks that the async class has it, with these arguments
             method, target = "self._rt.direct", f"self._a._unary_{m.name}"
         return lines + self.forward(result, method, [target, *args], "self", 2, x)
 
     def property_text(self, m: Member) -> Lines:
-        ctx, fn = m.ctx, m.node
-        ann, doc = m.annotation, m.doc
-        if isinstance(fn, ast.AsyncFunctionDef) and m.kind == "property":
-            raise GenError(f"{ctx.path}: async property {m.name}")
-        if isinstance(fn, ast.FunctionDef) and m.kind == "property":
-            ann, doc = fn.returns, ix.doc_segment(fn.body, ctx)
-        result = self.result(ann, m.ann_ctx or ctx)
-        if result.kind in ("iter", "cm", "none"):
-            raise GenError(f"{ctx.path}: cannot twin the property {m.name}: {result.annotation}")
+        result = self.result(m.annotation, m.ctx)
         lines = ["@property", *define(m.name, ["self"], result.annotation, 0)]
-        lines = [IND + line for line in lines] + self.doc(doc, 2)
+        lines = [IND + line for line in lines] + self.doc(m.doc, 2)
         read = f"lambda: self._a.{m.name}"
         return lines + self.forward(result, "self._rt.call_sync", [read], "self", 2, "")
 
@@ -419,13 +381,10 @@ def module_text(plan: Plan, mod: Module, names: list[str]) -> str:
             assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
             body += w.function_text(node, mod)
     typevars = w.typevar_lines()
-    tc = {m: n - w.imports.get(m, set()) for m, n in w.tc_imports.items()}
-    tc = {m: n for m, n in tc.items() if n}
+    tc = {m: rest for m, n in w.tc_imports.items() if (rest := n - w.imports.get(m, set()))}
     if tc:
         w.need("typing", "TYPE_CHECKING")
     package, _, leaf = mod.name.rpartition(".")
-    if package in w.imports:
-        raise GenError(f"{w.out_module}: would import from {package} twice")
     doc = f'"""Blocking twin of :mod:`{mod.name}` (see :mod:`etcd_recipes.sync`)."""'
     head = [HEADER.format(source=mod.path), doc, "from __future__ import annotations"]
     head += [f"from {package} import {leaf} as _async", *imports(w.imports, 0)]

@@ -12,9 +12,9 @@ from pathlib import Path
 from .rules import EXPORTS, PACKAGE, SPECIAL, Usage
 
 Canon = tuple[str, str]  # (defining module, name)
-Typed = tuple[ast.expr, "Module"]  # an annotation and the module it is written in
 Func = ast.FunctionDef | ast.AsyncFunctionDef
 ABC = ("collections.abc", "typing", "typing_extensions")
+SELF = {("typing", "Self"), ("typing_extensions", "Self")}
 
 
 class GenError(Exception):
@@ -107,24 +107,19 @@ class Index:
         if (mod := self.module(PACKAGE)) is None:
             raise GenError(f"no {EXPORTS} under {self.root}")
         found: list[tuple[str, list[str]]] = []
-        if not isinstance(all_ := mod.defs.get("__all__"), ast.Assign):
-            raise GenError(f"{EXPORTS}: no __all__")
-        if not isinstance(all_.value, (ast.List, ast.Tuple)):
+        all_ = mod.defs.get("__all__")
+        if not isinstance(all_, ast.Assign) or not isinstance(all_.value, (ast.List, ast.Tuple)):
             raise GenError(f"{EXPORTS}: __all__ must be a literal list")
         declared = [ast.literal_eval(e) for e in all_.value.elts]
         for stmt in mod.tree.body:
-            if isinstance(stmt, ast.ImportFrom) and stmt.level:
-                names = [a.asname or a.name for a in stmt.names]
-                if any(a.asname and a.asname != a.name for a in stmt.names):
-                    raise GenError(f"{EXPORTS}: exports must not be renamed ({names})")
-                found.append((mod.absolute(stmt), names))
+            if isinstance(stmt, ast.ImportFrom) and stmt.level:  # a renamed one fails the check
+                found.append((mod.absolute(stmt), [a.name for a in stmt.names]))
         seen = [n for _, names in found for n in names]
-        twice = sorted({n for n in seen if seen.count(n) > 1})
-        if twice or set(declared) != set(seen) or len(declared) != len(set(declared)):
+        if sorted(declared) != sorted(seen):  # each name once in each
             extra, missing = sorted(set(declared) - set(seen)), sorted(set(seen) - set(declared))
             raise GenError(
-                f"{EXPORTS}: __all__ must equal the imported names "
-                f"(not imported: {extra}, not in __all__: {missing}, imported twice: {twice})"
+                f"{EXPORTS}: __all__ must list each imported name once "
+                f"(not imported: {extra}, not in __all__: {missing})"
             )
         return found
 
@@ -159,23 +154,6 @@ def doc_segment(body: list[ast.stmt], ctx: Module) -> str | None:
     return None
 
 
-def is_async_generator(fn: Func) -> bool:
-    nodes: list[ast.AST] = list(fn.body) if isinstance(fn, ast.AsyncFunctionDef) else []
-    while nodes:
-        node = nodes.pop()
-        if isinstance(node, (ast.Yield, ast.YieldFrom)):
-            return True
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            nodes += ast.iter_child_nodes(node)
-    return False
-
-
-def returns_self(fn: Func) -> bool:
-    body = [s for s in fn.body if not isinstance(s, ast.Expr)]
-    ret = body[0] if len(body) == 1 and isinstance(body[0], ast.Return) else None
-    return ret is not None and isinstance(ret.value, ast.Name) and ret.value.id == "self"
-
-
 def split_optional(node: ast.expr) -> tuple[ast.expr, bool]:
     """``X | None`` / ``None | X`` -> (X, True); anything else -> (node, False)."""
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
@@ -207,9 +185,9 @@ ASYNC_TYPES = {"AsyncIterator", "AsyncIterable", "AsyncGenerator", "AsyncContext
 ASYNC_TYPES |= {"AbstractAsyncContextManager", "Awaitable", "Coroutine"}
 
 
-def is_async(canon: Canon | None) -> bool:
+def is_async(canon: Canon) -> bool:
     """Whether ``canon`` is an async iterator/context manager/awaitable type."""
-    return canon is not None and canon[0] in (*ABC, "contextlib") and canon[1] in ASYNC_TYPES
+    return canon[0] in (*ABC, "contextlib") and canon[1] in ASYNC_TYPES
 
 
 @dataclass
@@ -219,11 +197,10 @@ class Member:
     name: str
     node: ast.stmt
     ctx: Module
-    kind: str  # method | property | attribute | classattr
+    kind: str  # method | property (properties and attributes) | classattr
     doc: str | None = None
     annotation: ast.expr | None = None
     overloads: list[Func] = field(default_factory=list)
-    ann_ctx: Module | None = None  # where ``annotation`` was written (inferred types)
 
 
 @dataclass
@@ -251,23 +228,19 @@ class Plan:
         self.twins: dict[Canon, str] = {}  # async class -> its sync module
         self.functions: set[Canon] = set()
         candidates = list(self.exports.values())
-        changed = True
-        while changed:  # names used by twinned signatures are twinned too, until stable
-            changed = False
-            for canon in candidates:
-                found = self.index.definition(canon)
-                if canon in self.twins or canon in self.functions or found is None:
-                    continue
-                if isinstance(found[1], ast.ClassDef) and self.has_async_api(canon):
-                    self.twins[canon] = out_name(canon[0])
-                elif isinstance(fn := found[1], ast.AsyncFunctionDef) or (
-                    isinstance(fn, ast.FunctionDef) and self.mentions_async(fn.returns, found[0])
-                ):
-                    self.functions.add(canon)
-                else:
-                    continue
-                changed = True
-                candidates += self.referenced(canon)
+        for canon in candidates:  # grows: names used by twinned signatures are candidates too
+            found = self.index.definition(canon)
+            if canon in self.twins or canon in self.functions or found is None:
+                continue
+            if isinstance(found[1], ast.ClassDef) and self.has_async_api(canon):
+                self.twins[canon] = out_name(canon[0])
+            elif isinstance(fn := found[1], ast.AsyncFunctionDef) or (
+                isinstance(fn, ast.FunctionDef) and self.mentions_async(fn.returns, found[0])
+            ):
+                self.functions.add(canon)
+            else:
+                continue
+            candidates += self.referenced(canon)
 
     def referenced(self, canon: Canon) -> list[Canon]:
         """Package classes in public signatures (private bases too): implicit twin candidates."""
@@ -281,78 +254,56 @@ class Plan:
             for base in self.bases(node, mod):
                 out += self.referenced(base) if base[1].startswith("_") else []
         anns = [x.annotation for f in fns for x in [*f.args.args, *f.args.kwonlyargs]]
-        anns += [f.returns for f in fns]
-        for ann in anns:
-            for name in ast.walk(ann) if ann is not None else ():
-                ref = self.index.canon_of(name, mod) if isinstance(name, ast.expr) else None
-                if ref and ref[0].startswith(PACKAGE + ".") and ref[1][:1].isupper():
-                    out.append(ref)
-        return out
+        refs = [r for ann in [*anns, *(f.returns for f in fns)] for r in self.names_in(ann, mod)]
+        return out + [r for r in refs if r[0].startswith(PACKAGE + ".") and r[1][:1].isupper()]
+
+    def names_in(self, node: ast.expr | None, ctx: Module) -> list[Canon]:
+        """Where each name inside the annotation ``node`` is defined."""
+        subs = [s for s in ast.walk(node) if isinstance(s, ast.expr)] if node is not None else []
+        return [c for s in subs if (c := self.index.canon_of(s, ctx)) is not None]
 
     def is_twin(self, canon: Canon | None) -> bool:
-        """Whether ``canon`` is a twinned class, or a TypeVar bound to one."""
-        return canon is not None and (canon in self.twins or self.twin_bound(canon) is not None)
+        """Whether ``canon`` is a twinned class or ``Self`` (only twinned classes are emitted)."""
+        return canon in self.twins or canon in SELF
 
-    def typevar(self, canon: Canon) -> ast.Call | None:
-        """The ``TypeVar(...)`` call that defines ``canon``, if it is a TypeVar."""
+    def typevar(self, canon: Canon) -> tuple[ast.Call, Module] | None:
+        """The ``TypeVar(...)`` call that defines ``canon`` and its module, if it is a TypeVar."""
         mod, stmt = self.index.definition(canon) or (None, None)
         call = stmt.value if isinstance(stmt, ast.Assign) else None
-        is_tv = isinstance(call, ast.Call) and mod and self.index.is_abc(call.func, mod, "TypeVar")
-        return call if is_tv and isinstance(call, ast.Call) else None
-
-    def twin_bound(self, canon: Canon) -> Canon | None:
-        """For ``R = TypeVar("R", bound="Recipe")`` with a twinned bound: that bound."""
-        call, mod = self.typevar(canon), self.index.module(canon[0])
-        for kw in call.keywords if call is not None and mod is not None else ():
-            target = self.index.canon_of(kw.value, mod) if kw.arg == "bound" and mod else None
-            if target is not None and target in self.twins:
-                return target
+        if isinstance(call, ast.Call) and mod and self.index.is_abc(call.func, mod, "TypeVar"):
+            return call, mod
         return None
 
     def has_async_api(self, canon: Canon) -> bool:
         """Whether ``canon`` (or a package base) has public async methods or returns async types."""
-        if canon in self.twins:
-            return True
         found = self.index.definition(canon)
         if found is None or not isinstance(found[1], ast.ClassDef):
             return False
         mod, node = found[0], found[1]
-        for stmt in public_methods(node):
-            if isinstance(stmt, ast.AsyncFunctionDef) or self.async_type(stmt.returns, mod):
+        for fn in public_methods(node):
+            returns = self.names_in(fn.returns, mod)
+            if isinstance(fn, ast.AsyncFunctionDef) or any(map(is_async, returns)):
                 return True
-        return any(b != canon and self.package_async(b) for b in self.bases(node, mod))
-
-    def package_async(self, canon: Canon) -> bool:
-        return canon[0].startswith(PACKAGE + ".") and self.has_async_api(canon)
+        return any(b != canon and self.has_async_api(b) for b in self.bases(node, mod))
 
     def bases(self, node: ast.ClassDef, mod: Module) -> list[Canon]:
         targets = [b.value if isinstance(b, ast.Subscript) else b for b in node.bases]
         return [c for t in targets if (c := self.index.canon_of(t, mod)) is not None]
 
-    def async_type(self, node: ast.expr | None, ctx: Module) -> bool:
-        """Whether ``node`` names an async iterator/context manager/awaitable type."""
-        subs = ast.walk(node) if node is not None else ()
-        return any(is_async(self.index.canon_of(s, ctx)) for s in subs if isinstance(s, ast.expr))
-
-    def mentions_async(self, node: ast.expr | None, ctx: Module | None) -> str | None:
+    def mentions_async(self, node: ast.expr | None, ctx: Module) -> str | None:
         """A twinned or async type anywhere inside ``node`` (which plain passing would leak)."""
-        for sub in ast.walk(node) if node is not None and ctx is not None else ():
-            if isinstance(sub, (ast.Name, ast.Constant, ast.Attribute)) and ctx is not None:
-                canon = self.index.canon_of(sub, ctx)
-                if canon and (self.is_twin(canon) or is_async(canon) or self.package_async(canon)):
-                    return canon[1]
+        for c in self.names_in(node, ctx):
+            if self.is_twin(c) or is_async(c) or self.has_async_api(c):
+                return c[1]
         return None
 
     def modules(self) -> dict[str, list[str]]:
         """Source module -> its twinned names, in source order (bases before subclasses)."""
         out: dict[str, list[str]] = {}
-        for m, _, n in sorted((c[0], self.lineno(c), c[1]) for c in [*self.twins, *self.functions]):
+        found = {c: self.index.definition(c) for c in [*self.twins, *self.functions]}
+        for m, _, n in sorted((c[0], f[1].lineno, c[1]) for c, f in found.items() if f):
             out.setdefault(m, []).append(n)
         return out
-
-    def lineno(self, canon: Canon) -> int:
-        found = self.index.definition(canon)
-        return found[1].lineno if found else 0
 
     def plan(self, mod: Module, node: ast.ClassDef) -> ClassPlan:
         """A twinned class: own members, then private bases' (flattened); nearest twinned bases."""
@@ -364,7 +315,7 @@ class Plan:
         def collect(cls: ast.ClassDef, ctx: Module, own: bool, twinned: bool) -> None:
             attrs: list[Member] = []
             pending: dict[str, list[Func]] = {}
-            for stmt in cls.body:
+            for i, stmt in enumerate(cls.body):
                 if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     decs = decorators(stmt)
                     if "overload" in decs or "typing.overload" in decs:
@@ -381,14 +332,20 @@ class Plan:
                         continue
                     if any(d.endswith((".setter", ".deleter")) for d in decs):
                         raise GenError(f"{ctx.path}: property setters are not supported yet")
-                    kind = "property" if "property" in decs else "method"
-                    members[stmt.name] = Member(stmt.name, stmt, ctx, kind, overloads=overloads)
+                    prop = "property" in decs  # read-only (an async one fails mypy on the twin)
+                    doc, ann = (doc_segment(stmt.body, ctx), stmt.returns) if prop else (None, None)
+                    kind = "property" if prop else "method"
+                    members[stmt.name] = Member(stmt.name, stmt, ctx, kind, doc, ann, overloads)
                 elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and not twinned:
                     targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
                     ann = stmt.annotation if isinstance(stmt, ast.AnnAssign) else None
-                    names = [t.id for t in targets if isinstance(t, ast.Name)] if stmt.value else []
+                    names = [t.id for t in targets if isinstance(t, ast.Name)]
                     for n in [n for n in names if not n.startswith("_") and n not in members]:
-                        members[n] = Member(n, stmt, ctx, "classattr", None, ann)
+                        if stmt.value is not None:
+                            members[n] = Member(n, stmt, ctx, "classattr", None, ann)
+                        else:  # ``x: T`` declares an instance attribute
+                            doc = doc_segment(cls.body[i + 1 : i + 2], ctx)
+                            attrs.append(Member(n, stmt, ctx, "property", doc, ann))
             for attr in attrs:
                 members.setdefault(attr.name, attr)
             for base in cls.bases:
@@ -421,49 +378,26 @@ class Plan:
         return ClassPlan(node.name, node, mod, twinned_bases, type_params, init, every)
 
     def attributes(self, init: ast.FunctionDef, ctx: Module) -> list[Member]:
-        """Public ``self.x = ...`` assignments of an ``__init__``, with their types."""
-        args = init.args.args + init.args.kwonlyargs
-        params = {a.arg: a.annotation for a in args if a.annotation}
+        """Public ``self.x: T = ...`` assignments of an ``__init__`` (each must be annotated)."""
         out: list[Member] = []
         for i, stmt in enumerate(init.body):
-            if isinstance(stmt, ast.AnnAssign):
-                target: ast.expr = stmt.target
-                ann, ann_ctx = stmt.annotation, ctx
-            elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            target: ast.expr | None = stmt.target if isinstance(stmt, ast.AnnAssign) else None
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
                 target = stmt.targets[0]
-            else:
-                continue
             if not isinstance(target, ast.Attribute) or ast.unparse(target.value) != "self":
                 continue
-            if target.attr.startswith("_"):
+            if target.attr.startswith("_") or any(m.name == target.attr for m in out):
                 continue
-            if isinstance(stmt, ast.Assign):
-                ann, ann_ctx = self.infer(stmt.value, params, ctx, target.attr)
+            if not isinstance(stmt, ast.AnnAssign):
+                raise GenError(
+                    f"{ctx.path}:{stmt.lineno}: the twin needs the type of self.{target.attr}; "
+                    f"annotate it (self.{target.attr}: T = ...) in the async source"
+                )
+            if any(self.usage.uses("OPAQUE", c) for c in self.names_in(stmt.annotation, ctx)):
+                continue
             doc = doc_segment(init.body[i + 1 : i + 2], ctx)
-            head = ann.value if isinstance(ann, ast.Subscript) else ann
-            if self.usage.opaque(self.index.canon_of(head, ann_ctx)):
-                continue
-            out.append(Member(target.attr, stmt, ctx, "attribute", doc, ann, ann_ctx=ann_ctx))
+            out.append(Member(target.attr, stmt, ctx, "property", doc, stmt.annotation))
         return out
-
-    def infer(self, value: ast.expr, params: dict[str, ast.expr], ctx: Module, attr: str) -> Typed:
-        """The type of an unannotated ``self.attr = value`` (and where that type is written)."""
-        if isinstance(value, ast.Name) and value.id in params:
-            return params[value.id], ctx
-        if isinstance(value, ast.Constant) and type(value.value) in (int, float, str, bytes, bool):
-            return ast.Name(type(value.value).__name__), ctx
-        if isinstance(value, ast.BoolOp) and isinstance(value.op, ast.Or):
-            return self.infer(value.values[-1], params, ctx, attr)  # ``given or default()``
-        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
-            found = self.index.definition(self.index.resolve(ctx.name, value.func.id))
-            if found and isinstance(found[1], ast.FunctionDef) and found[1].returns is not None:
-                return found[1].returns, found[0]
-            if found and isinstance(found[1], ast.ClassDef):  # an instance of that class
-                return ast.Name(found[1].name), found[0]
-        raise GenError(
-            f"{ctx.path}:{value.lineno}: cannot infer the type of self.{attr}; annotate it "
-            f"(self.{attr}: T = ...) in the async source"
-        )
 
 
 def out_name(module: str) -> str:

@@ -1,7 +1,4 @@
-"""The generator's tables. Every entry of :data:`RENAMES`, :data:`DOC_REWRITES`,
-:data:`OPAQUE`, :data:`PURE` and :data:`DIRECT` must be used in a run (:class:`Usage` counts
-them), else the run fails naming it.
-"""
+"""The generator's tables (every entry must be used in a run: :class:`Usage` counts them)."""
 
 from __future__ import annotations
 
@@ -16,43 +13,31 @@ HEADER = MARKER + " from {source}. DO NOT EDIT."
 SYNC_ONLY: list[tuple[str, str]] = [("etcd_recipes.sync._runtime.calls", "fail_after")]
 """Hand-written names that ``etcd_recipes.sync`` exports on top of ``etcd_recipes.__all__``."""
 
-SPECIAL = {
-    "__init__",
-    "__aenter__",
-    "__aexit__",
-    "__aiter__",
-    "__anext__",
-    "__len__",
-    "__contains__",
-}
-"""Dunder methods that are twinned (every other underscore name is private)."""
-
 RENAMES = {"__aenter__": "__enter__", "__aexit__": "__exit__", "aclose": "close"}
 RENAMES |= {"__aiter__": "__iter__", "__anext__": "__next__"}
 """Async method name -> blocking method name."""
 
+SPECIAL = {*RENAMES, "__init__", "__len__", "__contains__"}
+"""Dunder methods that are twinned (every other underscore name is private)."""
+
 DOC_REWRITES: list[tuple[str, str]] = [
     # the language: examples become blocking code that runs in a plain thread
-    ("``async with``", "``with``"),
     ("An async ", "A blocking "),
     ("as an async iterator", "as a blocking iterator"),
     ("async context manager", "context manager"),
-    ("async with ", "with "),
+    ("async with", "with"),
     ("async for ", "for "),
     ("async def ", "def "),
     ("await anext(", "next("),
     ("await ", ""),
-    (".aclose()", ".close()"),
-    (":meth:`aclose`", ":meth:`close`"),
-    ("``aclose()``", "``close()``"),
+    ("aclose", "close"),
     ("from etcd_recipes import", "from etcd_recipes.sync import"),
     ("aclosing(", "closing("),
     # the caller: a blocking call's holds belong to its thread (_core/caller.py)
     ("Holds are per asyncio task and reentrant.", "Holds are per thread and reentrant."),
     ("Reentrant per task", "Reentrant per thread"),
     ("a finished task's", "a finished thread's"),
-    ("the calling task", "the calling thread"),
-    ("The calling task", "The calling thread"),
+    ("calling task", "calling thread"),
 ]
 """``(old, new)`` replacements applied, in order, to every twinned docstring (add one when a
 docstring needs it, e.g. ``("asyncio.run(main())", "main()")``; an unused one fails the run)."""
@@ -60,12 +45,8 @@ docstring needs it, e.g. ``("asyncio.run(main())", "main()")``; an unused one fa
 OPAQUE = {("etcd_recipes._core.listeners", "ListenerSet")}
 """Types whose public attributes are not twinned (use the ``add_*_listener`` methods)."""
 
-PURE = {
-    ("etcd_recipes.caches.events", "KeyFilter"),
-    ("etcd_recipes.caches.events", "Transform"),
-    ("etcd_recipes.caches.events", "IndexFn"),
-    ("etcd_recipes.discovery.strategies", "InstanceFilter"),
-}
+PURE = {("etcd_recipes.caches.events", name) for name in ("KeyFilter", "Transform", "IndexFn")}
+PURE |= {("etcd_recipes.discovery.strategies", "InstanceFilter")}
 """Callable types of pure functions (filters, transforms, index functions): a facade caller's
 function is passed as it is and called inline on the loop thread, like the async recipe calls
 it -- not a listener run later on the listener thread, whose result would be lost."""
@@ -75,7 +56,7 @@ DIRECT = {("etcd_recipes.client", "EtcdClient", name) for name in _DIRECT_KV}
 DIRECT |= {("etcd_recipes.client", "EtcdClient", name) for name in ("get_value", "put_value")}
 """Methods whose twin sends the call from the caller's thread (``Runtime.direct``, no hand-off
 to the loop): plain KV calls the async class describes in ``_unary_<name>``, a method with the
-same arguments returning a ``Unary`` (``etcd_recipes/_core/kv.py``, ``_core/blocking.py``); a
+same arguments returning a ``Unary`` (``etcd_recipes/client/kv.py``, ``client/blocking.py``); a
 read-only ``txn`` still runs on the loop (``Unary.detached``)."""
 
 PACKAGE_DOC = (Path(__file__).parent / "sync_package_doc.txt").read_text(encoding="utf-8").strip()
@@ -86,37 +67,24 @@ class Usage:
     """Applies the tables and remembers which entries were used."""
 
     def __init__(self) -> None:
-        self.used: set[str] = set()
+        self.used: set[tuple[str, object]] = set()
+
+    def uses(self, table: str, entry: object) -> bool:
+        """Whether ``entry`` is in the table named ``table`` (looked up now: tests patch them)."""
+        if found := entry in globals()[table]:
+            self.used.add((table, entry))
+        return found
 
     def rename(self, name: str) -> str:
-        self.used.add(f"rename {name!r}")
-        return RENAMES.get(name, name)
+        return RENAMES[name] if self.uses("RENAMES", name) else name
 
     def doc(self, text: str) -> str:
         for old, new in DOC_REWRITES:
-            self.used |= {f"doc rewrite {old!r}"} if old in text else set()
-            text = text.replace(old, new)
+            if old in text:
+                self.used.add(("DOC_REWRITES", (old, new)))
+                text = text.replace(old, new)
         return text
 
-    def opaque(self, canon: tuple[str, str] | None) -> bool:
-        self.used.add(f"opaque type {canon[0]}.{canon[1]}" if canon else "")
-        return canon in OPAQUE
-
-    def pure(self, canon: tuple[str, str] | None) -> bool:
-        if canon in PURE:
-            self.used.add(f"pure callable {canon[0]}.{canon[1]}")
-            return True
-        return False
-
-    def direct(self, module: str, cls: str, name: str) -> bool:
-        if (module, cls, name) in DIRECT:
-            self.used.add(f"direct method {module}.{cls}.{name}")
-            return True
-        return False
-
     def unused(self) -> list[str]:
-        every = [f"rename {n!r}" for n in RENAMES] + [f"doc rewrite {o!r}" for o, _ in DOC_REWRITES]
-        every += [f"opaque type {m}.{n}" for m, n in OPAQUE]
-        every += [f"pure callable {m}.{n}" for m, n in PURE]
-        every += [f"direct method {m}.{c}.{n}" for m, c, n in DIRECT]
-        return [e for e in every if e not in self.used]
+        tables = ("RENAMES", "DOC_REWRITES", "OPAQUE", "PURE", "DIRECT")
+        return [f"{t} {e!r}" for t in tables for e in globals()[t] if (t, e) not in self.used]

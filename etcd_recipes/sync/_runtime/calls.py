@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 
 from ..._core.caller import thread_caller
+from ..._core.validate import check_timeout
 from ...errors import UsageError
 
 __all__ = [
@@ -56,10 +57,11 @@ def fail_after(seconds: float) -> Iterator[None]:
             except EtcdTimeoutError:
                 pass  # raised after 0.2 s, with nothing left running on the loop
     """
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
-        raise ValueError(f"fail_after() needs a number of seconds >= 0, not {seconds!r}")
+    # 0 is allowed: every call inside fails at once (anyio's fail_after(0) does the same).
+    bound = check_timeout(seconds, what="fail_after() seconds", optional=False, zero=True)
+    assert bound is not None
     stack = _deadlines()
-    stack.append(time.monotonic() + seconds)
+    stack.append(time.monotonic() + bound)
     try:
         yield
     finally:

@@ -3,7 +3,7 @@
 One :class:`Runtime` per sync client: a daemon thread running its own asyncio loop, on which
 the async client is created and lives (grpc.aio objects are bound to the loop that created
 them). Every blocking call submits a coroutine to that loop and waits -- except the plain KV
-calls, which :meth:`Runtime.direct` sends from the calling thread (``_core/blocking.py``: no
+calls, which :meth:`Runtime.direct` sends from the calling thread (``client/blocking.py``: no
 hand-off, the same guards, deadline and errors):
 
 * ``KeyboardInterrupt`` (or any exception raised in the waiting thread) cancels the coroutine
@@ -77,10 +77,10 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import anyio
 
-from ..._core.blocking import FAIL_AFTER_EXPIRED
 from ..._core.caller import CALLER
-from ..._core.rpc import Unary
-from ..._core.waiting import CLEANUP_TIMEOUT
+from ..._core.shield import CLEANUP_TIMEOUT
+from ...client.blocking import FAIL_AFTER_EXPIRED
+from ...client.rpc import Unary
 from ...errors import ClientClosedError, EtcdTimeoutError, ForkedProcessError, UsageError
 from .callbacks import Callbacks
 from .calls import (
@@ -119,7 +119,7 @@ FACADE_CLEANUP_WAIT = 2 * CLEANUP_TIMEOUT
 """Seconds a blocking call waits for its cancelled coroutine's cleanup (10 s).
 
 The longest shielded cleanup the async side runs is a recipe's ``aclose()``, which
-``_core/recipe.py`` bounds at twice :data:`etcd_recipes._core.waiting.CLEANUP_TIMEOUT` (the
+``_recipe/recipe.py`` bounds at twice :data:`etcd_recipes._core.shield.CLEANUP_TIMEOUT` (the
 bound of one cleanup step); waiting that long means the facade never walks away from a cleanup
 the loop is still running. Shutdown uses the same bound per phase.
 """
@@ -285,7 +285,7 @@ class Runtime:
 
     def direct(self, plan: Callable[P, Unary[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Send the plain KV call ``plan(*args, **kwargs)`` describes from the calling thread
-        (grpc's blocking stub; no hand-off to the loop): see ``_core/blocking.py``. A
+        (grpc's blocking stub; no hand-off to the loop): see ``client/blocking.py``. A
         ``detached`` one (a read-only transaction) is awaited on the loop like :meth:`call`."""
         if os.getpid() != self._pid or threading.get_ident() == self._loop_ident:
             self._check_caller()  # raises the fork or deadlock error

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from etcd_recipes.barriers import barrier as _async
 from etcd_recipes.barriers.barrier import DEFAULT_TTL
-from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._recipe.recipe import Recipe
 from etcd_recipes.sync._runtime.twin import check_twin
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from etcd_recipes._core.streams import DEFAULT_STREAM_BUFFER
 from etcd_recipes.caches import children as _async
 from etcd_recipes.caches.children import ChildData, PathChildrenCacheEvent, StartMode
 from etcd_recipes.codecs import Codec
-from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._recipe.recipe import Recipe
 from etcd_recipes.sync._runtime.twin import check_twin
 
 if TYPE_CHECKING:

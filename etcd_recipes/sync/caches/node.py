@@ -13,7 +13,7 @@ from etcd_recipes.caches import node as _async
 from etcd_recipes.caches.events import CacheEntry
 from etcd_recipes.caches.node import NodeCacheEvent
 from etcd_recipes.codecs import Codec
-from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._recipe.recipe import Recipe
 from etcd_recipes.sync._runtime.twin import check_twin
 
 if TYPE_CHECKING:

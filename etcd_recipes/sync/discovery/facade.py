@@ -14,7 +14,7 @@ from etcd_recipes.discovery.instance import ServiceInstance
 from etcd_recipes.discovery.registry import DEFAULT_TTL
 from etcd_recipes.discovery.strategies import InstanceFilter, ProviderStrategy
 from etcd_recipes.events import LeaseEvent
-from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._recipe.recipe import Recipe
 from etcd_recipes.sync._runtime.twin import check_twin
 
 if TYPE_CHECKING:
@@ -51,20 +51,22 @@ class ServiceDiscovery(Recipe, Generic[PayloadT], twin_of=_async.ServiceDiscover
         client: EtcdClient,
         service_path: str,
         *,
-        ttl: float = DEFAULT_TTL,
+        lease_ttl: float = DEFAULT_TTL,
         codec: Codec[PayloadT] | None = None,
         client_id: str | None = None,
         metrics_name: str = "",
+        ttl: float | None = None,
     ) -> None:
         check_twin(client, "client")
         value = client._rt.call_sync(
             _async.ServiceDiscovery,
             client._a,
             service_path,
-            ttl=ttl,
+            lease_ttl=lease_ttl,
             codec=codec,
             client_id=client_id,
             metrics_name=metrics_name,
+            ttl=ttl,
         )
         self._bind(client._rt, value, client._owner())
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from etcd_recipes.discovery import naming as _async
 from etcd_recipes.discovery.naming import NamingEndpoint
-from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._recipe.recipe import Recipe
 from etcd_recipes.sync._runtime.twin import check_twin
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from etcd_recipes.discovery import registry as _async
 from etcd_recipes.discovery.instance import ServiceInstance
 from etcd_recipes.discovery.registry import DEFAULT_TTL
 from etcd_recipes.events import LeaseEvent
-from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._recipe.recipe import Recipe
 from etcd_recipes.sync._runtime.twin import check_twin
 
 if TYPE_CHECKING:
@@ -53,20 +53,22 @@ class ServiceRegistry(Recipe, Generic[PayloadT], twin_of=_async.ServiceRegistry)
         client: EtcdClient,
         service_path: str,
         *,
-        ttl: float = DEFAULT_TTL,
+        lease_ttl: float = DEFAULT_TTL,
         codec: Codec[PayloadT] | None = None,
         client_id: str | None = None,
         metrics_name: str = "",
+        ttl: float | None = None,
     ) -> None:
         check_twin(client, "client")
         value = client._rt.call_sync(
             _async.ServiceRegistry,
             client._a,
             service_path,
-            ttl=ttl,
+            lease_ttl=lease_ttl,
             codec=codec,
             client_id=client_id,
             metrics_name=metrics_name,
+            ttl=ttl,
         )
         self._bind(client._rt, value, client._owner())
 
@@ -144,6 +146,11 @@ class ServiceRegistry(Recipe, Generic[PayloadT], twin_of=_async.ServiceRegistry)
         self._rt.call(self._a.unregister, instance)
 
     @property
-    def ttl(self) -> int:
+    def lease_ttl(self) -> int:
         """The lease TTL of each registration, in whole seconds."""
+        return self._rt.call_sync(lambda: self._a.lease_ttl)
+
+    @property
+    def ttl(self) -> int:
+        """Deprecated alias of :attr:`lease_ttl` (every other recipe says ``lease_ttl``)."""
         return self._rt.call_sync(lambda: self._a.ttl)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from etcd_recipes._core.streams import DEFAULT_STREAM_BUFFER
 from etcd_recipes.election import observer as _async
 from etcd_recipes.election.terms import Elected, LeadershipEvent, Vacated
-from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._recipe.recipe import Recipe
 from etcd_recipes.sync._runtime.twin import SyncIterator, check_twin
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from etcd_recipes._core.streams import DEFAULT_STREAM_BUFFER
 from etcd_recipes._core.txn import AnyOp, Compare
 from etcd_recipes.election import selector as _async
 from etcd_recipes.election.terms import DEFAULT_TTL, LeadershipTerm, Participant
-from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._recipe.recipe import Recipe
 from etcd_recipes.sync._runtime.twin import check_twin
 from etcd_recipes.types import TxnResult
 

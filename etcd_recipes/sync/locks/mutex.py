@@ -6,13 +6,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
+
+from typing_extensions import Self
 
 from etcd_recipes._core.streams import DEFAULT_STREAM_BUFFER
 from etcd_recipes._core.txn import AnyOp, Compare
 from etcd_recipes.locks import mutex as _async
 from etcd_recipes.locks.hold import DEFAULT_TTL, LockLostListener, LockParticipant
-from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._recipe.recipe import Recipe
 from etcd_recipes.sync._runtime.twin import SyncContextManager, check_twin
 from etcd_recipes.types import TxnResult
 
@@ -22,8 +24,6 @@ if TYPE_CHECKING:
     from etcd_recipes.sync.locks.hold import LockHold
 
 __all__ = ["DistributedMutex"]
-
-_M = TypeVar("_M", bound="DistributedMutex")
 
 
 class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
@@ -76,14 +76,14 @@ class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
 
     one_shot = _async.DistributedMutex.one_shot
 
-    def __enter__(self: _M) -> _M:
+    def __enter__(self) -> Self:
         """Acquire the lock for the body (waits as long as it takes; see :meth:`with_lock`)."""
         try:
             value = self._rt.enter(self, self._a)
         except BaseException:
             self._release()
             raise
-        result: _M = self._twin(value)
+        result: Self = self._twin(value)
         return result
 
     def __exit__(

@@ -12,7 +12,7 @@ from etcd_recipes._core.streams import DEFAULT_STREAM_BUFFER
 from etcd_recipes._core.txn import AnyOp, Compare
 from etcd_recipes.locks import rwlock as _async
 from etcd_recipes.locks.hold import DEFAULT_TTL, LockLostListener, LockParticipant
-from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._recipe.recipe import Recipe
 from etcd_recipes.sync._runtime.twin import SyncContextManager, SyncTwin, check_twin
 from etcd_recipes.types import TxnResult
 

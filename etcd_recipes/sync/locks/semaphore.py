@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
+
+from typing_extensions import Self
 
 from etcd_recipes._core.streams import DEFAULT_STREAM_BUFFER
 from etcd_recipes.locks import semaphore as _async
 from etcd_recipes.locks.hold import DEFAULT_TTL, LockParticipant
 from etcd_recipes.locks.semaphore import PermitLostListener
-from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._recipe.recipe import Recipe
 from etcd_recipes.sync._runtime.twin import SyncContextManager, check_twin
 
 if TYPE_CHECKING:
@@ -20,8 +22,6 @@ if TYPE_CHECKING:
     from etcd_recipes.sync.locks.hold import LockHold
 
 __all__ = ["DistributedSemaphore"]
-
-_S = TypeVar("_S", bound="DistributedSemaphore")
 
 
 class DistributedSemaphore(Recipe, twin_of=_async.DistributedSemaphore):
@@ -217,14 +217,14 @@ class DistributedSemaphore(Recipe, twin_of=_async.DistributedSemaphore):
         result: AbstractContextManager[LockHold] = SyncContextManager(self._rt, value, self._twin)
         return result
 
-    def __enter__(self: _S) -> _S:
+    def __enter__(self) -> Self:
         """Take a permit for the body (waits as long as it takes; see :meth:`with_permit`)."""
         try:
             value = self._rt.enter(self, self._a)
         except BaseException:
             self._release()
             raise
-        result: _S = self._twin(value)
+        result: Self = self._twin(value)
         return result
 
     def __exit__(

@@ -10,7 +10,7 @@ from typing_extensions import TypeVar
 
 from etcd_recipes.codecs import Codec
 from etcd_recipes.queues import fifo as _async
-from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._recipe.recipe import Recipe
 from etcd_recipes.sync._runtime.twin import check_twin
 
 if TYPE_CHECKING:

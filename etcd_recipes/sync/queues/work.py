@@ -15,7 +15,7 @@ from etcd_recipes.queues import work as _async
 from etcd_recipes.queues.config import WorkQueueConfig
 from etcd_recipes.queues.dead_letters import DeadLetter
 from etcd_recipes.queues.item import TracePropagation
-from etcd_recipes.sync._core.recipe import Recipe
+from etcd_recipes.sync._recipe.recipe import Recipe
 from etcd_recipes.sync._runtime.twin import check_twin
 
 if TYPE_CHECKING:

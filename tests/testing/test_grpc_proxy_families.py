@@ -1,0 +1,126 @@
+"""Every family through ``etcd grpc-proxy`` (issue 31, item 5): the proxy coalesces watches,
+numbers a stream's watches itself, answers no progress request and forwards leases, locks and
+elections -- each recipe must keep its guarantees through it. Two clients of the proxy play
+the contending processes; a direct client reads etcd afterwards to prove what was left."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from etcd_recipes import (
+    DistributedAtomicLong,
+    DistributedBarrier,
+    DistributedMutex,
+    DistributedQueue,
+    DistributedSemaphore,
+    DistributedWorkQueue,
+    LeaderLatch,
+    ServiceCache,
+    ServiceInstance,
+    ServiceRegistry,
+    TransientKeyValue,
+    connect,
+)
+
+
+@pytest.fixture
+async def proxied(etcd_grpc_proxy):
+    async with (
+        connect(**etcd_grpc_proxy.client_kwargs()) as a,
+        connect(**etcd_grpc_proxy.client_kwargs()) as b,
+    ):
+        yield a, b
+
+
+async def test_mutex_and_semaphore(proxied, etcd_client, etcd_prefix):
+    a, b = proxied
+    path = etcd_prefix + "lock"
+    first, second = DistributedMutex(a, path), DistributedMutex(b, path)
+    await first.acquire()
+    waiter = asyncio.ensure_future(second.acquire(timeout=10))
+    await asyncio.sleep(0.3)
+    assert not waiter.done()  # the second waits behind the first, through the proxy's watch
+    await first.release()
+    assert await waiter
+    await second.release()
+    sem = DistributedSemaphore(a, etcd_prefix + "sem", 1)
+    async with sem:
+        assert not await DistributedSemaphore(b, etcd_prefix + "sem", 1).acquire(timeout=0.3)
+    for m in (first, second):
+        await m.aclose()
+    await sem.aclose()
+    assert (await etcd_client.range(path, prefix=True)).kvs == []
+
+
+async def test_leader_latch_hands_over(proxied, etcd_client, etcd_prefix):
+    a, b = proxied
+    path = etcd_prefix + "election"
+    one, two = LeaderLatch(a, path), LeaderLatch(b, path)
+    await one.start()
+    await one.await_leadership(timeout=10)
+    await two.start()
+    await asyncio.sleep(0.2)
+    assert one.has_leadership and not two.has_leadership
+    await one.aclose()
+    await two.await_leadership(timeout=10)  # the delete's event reached it through the proxy
+    await two.aclose()
+    assert (await etcd_client.range(path, prefix=True)).kvs == []
+
+
+async def test_barrier_lifts(proxied, etcd_client, etcd_prefix):
+    a, b = proxied
+    path = etcd_prefix + "barrier"
+    setter = DistributedBarrier(a, path)
+    await setter.set_barrier()
+    waiting = asyncio.ensure_future(DistributedBarrier(b, path).wait_on_barrier(timeout=10))
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+    await setter.remove_barrier()
+    assert await waiting
+    assert (await etcd_client.range(path, prefix=True)).kvs == []
+
+
+async def test_queues_deliver_each_item_once(proxied, etcd_client, etcd_prefix):
+    a, b = proxied
+    fifo_a, fifo_b = DistributedQueue(a, etcd_prefix + "q"), DistributedQueue(b, etcd_prefix + "q")
+    parked = asyncio.ensure_future(fifo_b.poll(timeout=10))  # parked on the proxy's watch
+    await asyncio.sleep(0.2)
+    await fifo_a.enqueue(b"x")
+    assert await parked == b"x"
+    async with (
+        DistributedWorkQueue(a, etcd_prefix + "w") as producer,
+        DistributedWorkQueue(b, etcd_prefix + "w") as consumer,
+    ):
+        ids = [await producer.enqueue(str(i).encode()) for i in range(5)]
+        got = []
+        for _ in ids:
+            item = await consumer.receive(timeout=10)
+            assert item is not None and await item.ack()
+            got.append(item.value)
+        assert sorted(got) == [str(i).encode() for i in range(5)]
+        assert await consumer.size() == 0
+    await fifo_a.aclose()
+    await fifo_b.aclose()
+
+
+async def test_discovery_counter_and_transient_values(proxied, etcd_client, etcd_prefix):
+    a, b = proxied
+    base = etcd_prefix + "svc"
+    async with (
+        ServiceRegistry(a, base) as registry,
+        ServiceCache(b, base, "api") as cache,
+    ):
+        await registry.register(ServiceInstance("api", b"", address="10.0.0.1", port=80))
+        for _ in range(100):
+            if cache.instances():
+                break
+            await asyncio.sleep(0.05)
+        assert [i.address for i in cache.instances()] == ["10.0.0.1"]
+    counter = DistributedAtomicLong(a, etcd_prefix + "n")
+    await asyncio.gather(*(counter.increment() for _ in range(10)))
+    assert await DistributedAtomicLong(b, etcd_prefix + "n").get() == 10
+    async with TransientKeyValue(a, etcd_prefix + "tkv", b"on", lease_ttl=5):
+        assert (await etcd_client.get(etcd_prefix + "tkv")).value == b"on"
+    assert await etcd_client.get(etcd_prefix + "tkv") is None
