@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # Tests are I/O-bound on real etcd servers: run them in parallel workers.
 PYTEST_WORKERS ?= 3
 
-.PHONY: demo test check lint typecheck docs sync gen-sync api-docs api-docs-check bench clean
+.PHONY: demo test check lint typecheck docs sync gen-sync api-docs api-docs-check bench clean test-etcd34
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,18 @@ demo: $(STAMP)
 ## The whole test suite against real etcd servers the tests start themselves.
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q -p no:cacheprovider $(PYTEST_ARGS)
+
+## The compatibility leg: every family's tests against another etcd (default: Debian's
+## etcd-server package, etcd 3.4.23: `apt-get install -y etcd-server etcd-client`).
+ETCD34_BINARY ?= /usr/bin/etcd
+ETCDCTL34_BINARY ?= /usr/bin/etcdctl
+COMPAT_TESTS ?= tests/client tests/locks tests/election tests/barriers tests/queues \
+	tests/caches tests/discovery tests/test_counter.py tests/test_keyvalue.py \
+	tests/testing/test_grpc_proxy_families.py
+test-etcd34: $(STAMP)
+	ETCD_BINARY=$(ETCD34_BINARY) ETCDCTL_BINARY=$(ETCDCTL34_BINARY) \
+		$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q -p no:cacheprovider \
+		$(COMPAT_TESTS)
 
 ## Lint, types, the generated sync facade's freshness, and the docs build.
 check: lint typecheck gen-sync-check api-docs-check docs

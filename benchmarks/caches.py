@@ -47,15 +47,7 @@ from typing import Any
 
 import psutil
 
-from etcd_recipes import (
-    BatchKind,
-    CacheBatch,
-    CacheEventType,
-    EtcdClient,
-    Op,
-    PrefixCache,
-    connect,
-)
+from etcd_recipes import BatchKind, CacheBatch, CacheEventType, EtcdClient, Op, PrefixCache, connect
 from etcd_recipes.testing import EtcdServer, TcpProxy
 
 VALUE = b"v" * 1024

@@ -196,7 +196,7 @@ async def latency(client: EtcdClient, root: str, samples: int, kind: str) -> lis
 
 
 def parked_waiters(client: EtcdClient) -> int:
-    """Consumers parked on the client's shared put-waits (``_core/waiting.py``; before those,
+    """Consumers parked on the client's shared put-waits (``_recipe/waiting.py``; before those,
     a watch each)."""
     if not hasattr(client._watch_hub, "shared"):
         return client._watch_hub.watcher_count
