@@ -3,13 +3,17 @@ binary.
 
 Guaranteed: the command prints the endpoints and an ``export ETCDCTL_ENDPOINTS=...`` line only
 once every member answers ``/health``; Ctrl-C or SIGTERM stops every member (SIGTERM, then
-SIGKILL after 10 s) and waits for them before it exits 0; a member that dies on its own stops
-the others and exits 1. The data survives restarts (``--data-dir``) unless ``--ephemeral``; a
+SIGKILL after 10 s) and waits for them before it exits 0 -- a cluster's followers first, all at
+once, then its leader, so that no member waits out etcd's leadership transfer to a member that
+is itself stopping (7 s); a member that dies on its own stops the others and exits 1. A data
+directory is used by one ``dev`` at a time: a second one on the same ``--data-dir`` fails at
+once (exit 1), as it holds an exclusive lock on ``<data dir>.lock`` while it runs. The data survives restarts (``--data-dir``) unless ``--ephemeral``; a
 cluster's peer ports are kept in ``cluster.json`` there, since its members find each other by
 them on a restart.
 
 NOT guaranteed: a ``kill -9`` of this command leaves the etcd processes running (they are its
-children, not supervised by anything else); this is for development, not production (no TLS,
+children, not supervised by anything else) and releases the lock, so a second ``dev`` on that
+data directory then starts its own etcd, which waits for the first one's lock on the data; this is for development, not production (no TLS,
 no auth, loopback only).
 """
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import os
 import secrets
 import shutil
 import signal
@@ -30,6 +35,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import IO
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: no lock, as no signals either
+    fcntl = None  # type: ignore[assignment]
 
 import typer
 
@@ -85,6 +96,52 @@ def _port_free(port: int) -> bool:
         except OSError:
             return False
         return True
+
+
+def _lock_data_dir(base: Path) -> IO[str]:
+    """Take the exclusive lock ``<base>.lock`` (beside the data directory: etcd's own directory
+    holds only etcd's files) for as long as the returned file stays open, or fail at once when
+    another ``dev`` holds it -- two etcds on one data directory would wait for each other's
+    lock on its files, silently."""
+    lock_path = base.parent / f"{base.name}.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(lock_path, "a+", encoding="utf-8")  # noqa: SIM115 - held until the end
+    if fcntl is None:
+        return handle
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        pid = handle.read().strip() or "?"
+        handle.close()
+        raise CommandError(
+            f"data dir {base} is in use by another etcd-recipes dev (pid {pid}, lock "
+            f"{lock_path}): stop it, or give another --data-dir or --ephemeral"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
+
+
+def _leader(members: list[_Member]) -> _Member | None:
+    """The member that leads, by each member's own ``/v3/maintenance/status`` (etcd's JSON
+    gateway), or ``None`` (a single member, or no answer within a moment)."""
+    if len(members) < 2:
+        return None
+    for m in members:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", m.client_port, timeout=0.5)
+            conn.request("POST", "/v3/maintenance/status", body=b"{}")
+            status = json.loads(conn.getresponse().read())
+        except (OSError, ValueError):
+            continue
+        if status.get("leader") and status.get("leader") == status.get("header", {}).get(
+            "member_id"
+        ):
+            return m
+    return None
 
 
 def _healthy(port: int) -> bool:
@@ -167,18 +224,24 @@ def _command(member: _Member, initial_cluster: str, token: str) -> list[str]:
 
 
 def _stop(members: list[_Member]) -> None:
-    """SIGTERM every member at once, then wait for each (SIGKILL after the timeout)."""
-    running = [m.proc for m in members if m.proc is not None and m.proc.poll() is None]
-    for proc in running:
-        with contextlib.suppress(ProcessLookupError):
-            proc.terminate()
+    """Stop every member: SIGTERM the followers at once and wait for them, then the leader
+    (SIGKILL after the timeout). A leader stopping while followers run hands its leadership
+    to one of them and waits up to 7 s for it to take over -- forever lost on a follower that
+    is stopping too; a leader whose followers are gone skips the hand-over."""
+    running = [m for m in members if m.proc is not None and m.proc.poll() is None]
+    leader = _leader(running)
     deadline = time.monotonic() + _STOP_TIMEOUT
-    for proc in running:
-        try:
-            proc.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+    for wave in ([m for m in running if m is not leader], [leader] if leader else []):
+        procs = [m.proc for m in wave if m.proc is not None]
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
 
 
 def _dev(ctx: typer.Context, port: int, data_dir: Path, ephemeral: bool, size: int) -> None:
@@ -188,7 +251,9 @@ def _dev(ctx: typer.Context, port: int, data_dir: Path, ephemeral: bool, size: i
         raise CommandError(f"--cluster must be 1..7, got {size}", Exit.USAGE)
     temp = tempfile.mkdtemp(prefix="etcd-recipes-dev-") if ephemeral else None
     base = Path(temp) / "data" if temp else data_dir.resolve()
+    lock: IO[str] | None = None
     try:
+        lock = _lock_data_dir(base)
         members, token = _plan(port, base, size)
         busy = [m.endpoint for m in members if not _port_free(m.client_port)]
         busy += [m.peer_url for m in members if not _port_free(m.peer_port)]
@@ -200,6 +265,8 @@ def _dev(ctx: typer.Context, port: int, data_dir: Path, ephemeral: bool, size: i
             (base / _STATE_FILE).write_text(json.dumps(state) + "\n")
         _serve(ctx, members, token, base, ephemeral)
     finally:
+        if lock is not None:
+            lock.close()
         if temp is not None:
             shutil.rmtree(temp, ignore_errors=True)
 

@@ -164,10 +164,27 @@ def _details(exc: BaseException) -> str:
     return str(exc)
 
 
+def _server_timeout(code: str, details: str) -> bool:
+    """etcd's own deadline, passed to the client as UNKNOWN: a member that cannot reach its
+    leader times out a lease grant or a linearizable read this way ("context deadline
+    exceeded") -- transient, and another member may serve it."""
+    return code == "UNKNOWN" and "context deadline exceeded" in details.lower()
+
+
 def is_retriable(exc: BaseException) -> bool:
     """Whether a gRPC error (of ``grpc.aio`` or of a blocking stub) is transient
-    (UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL)."""
-    return isinstance(exc, grpc.RpcError) and _code_name(exc) in _RETRIABLE
+    (UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL, or etcd's own deadline reported as UNKNOWN).
+
+    >>> class Err(grpc.RpcError):
+    ...     def code(self): return grpc.StatusCode.UNKNOWN
+    ...     def details(self): return "context deadline exceeded"
+    >>> is_retriable(Err())
+    True
+    """
+    if not isinstance(exc, grpc.RpcError):
+        return False
+    code = _code_name(exc)
+    return code in _RETRIABLE or _server_timeout(code, _details(exc))
 
 
 def is_auth_token_error(exc: BaseException) -> bool:
@@ -203,6 +220,10 @@ def map_grpc_error(exc: BaseException, *, op: str, endpoints: str) -> EtcdRecipe
         return EtcdConnectionError(f"{where}: no etcd endpoint reachable: {details}")
     if code == "DEADLINE_EXCEEDED":
         return EtcdTimeoutError(f"{where}: timed out ({details})")
+    if _server_timeout(code, details):
+        return EtcdTimeoutError(
+            f"{where}: the member timed out serving it (is it cut off from its leader?): {details}"
+        )
     if "database space exceeded" in low:
         return QuotaExceededError(
             f"{where}: etcd's database is over its space quota (--quota-backend-bytes) and "
