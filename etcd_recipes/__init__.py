@@ -7,19 +7,8 @@ The public async API is re-exported here; the blocking twin lives in :mod:`etcd_
 formats, so Python and JVM processes can use the same locks, elections, queues and registries;
 each module says where it deviates on purpose.
 
-Layout (one line per folder; ``docs/contributing/code-map.md`` has the rules)::
-
-    etcd_recipes/           this export list; client.py (the one door to etcd); value types
-    etcd_recipes/_core/     shared machinery: rpc, wire, watches, leases, holds, waiting, checks
-    etcd_recipes/_proto/    vendored etcd service protos (v3lock, v3election), one style
-    etcd_recipes/locks/     mutex, read-write lock, semaphore, v3lock pass-throughs
-    etcd_recipes/election/  leader selector, latch, observer, terms, raw v3election calls
-    etcd_recipes/barriers/  barrier, counted barrier, double barrier
-    etcd_recipes/queues/    FIFO and priority queues, the at-least-once work queue
-    etcd_recipes/discovery/ service registry, caches, providers and strategies, Go naming
-    etcd_recipes/testing/   real etcd servers, clusters and a fault proxy for tests; pytest plugin
-    etcd_recipes/sync/      the generated blocking facade (and its hand-written runtime)
-    tools/gen_sync/         the generator of sync/
+Where everything lives, and the rules the layout follows: ``docs/contributing/code-map.md``
+(and ``docs/contributing/architecture.md`` for why).
 
 The import statements below are **the** export list: ``__all__`` repeats exactly their names
 (a test checks it), and ``tools/gen_sync`` reads these statements to learn which modules and

@@ -1,4 +1,5 @@
-"""Shielded cleanup: the cancellation contract's second half (DESIGN §4), shared by every floor.
+"""Shielded cleanup: the second half of the cancellation contract (architecture §4), shared
+by every floor.
 
 * :func:`run_shielded` -- run a cleanup **to completion**, shielded from both kinds of
   cancellation (anyio's scopes and native ``task.cancel()``), bounded by

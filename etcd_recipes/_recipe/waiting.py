@@ -2,10 +2,10 @@
 
 Two pieces:
 
-* :func:`wait_for_change` -- the waiter pattern (reference.md §2.7): the caller has read the
-  state at revision ``R``; we watch from ``R + 1`` (nothing can fall between the read and the
-  watch), return when an event satisfies ``trigger``, re-probe the state after every watch
-  recovery (resubscribe or compaction resync), and raise if the watch fails for good.
+* :func:`wait_for_change` -- the waiter pattern (architecture §3, "snapshot, then watch"): the
+  caller has read the state at revision ``R``; we watch from ``R + 1`` (nothing can fall between
+  the read and the watch), return when an event satisfies ``trigger``, re-probe the state after
+  every watch recovery (resubscribe or compaction resync), and raise if the watch fails for good.
 * :func:`wait_for_put_under` -- the same guarantee for "a key was put under this prefix after
   ``R``" (the queues' empty-queue wait), with **one watch per client and prefix** shared by
   every parked waiter, each of which is a bare future: thousands of parked consumers cost a
