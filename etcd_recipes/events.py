@@ -3,7 +3,7 @@
 Watches report :class:`WatchSuspended`, :class:`WatchResubscribed`, :class:`WatchResynced` and
 :class:`WatchFailed`; leases report :class:`LeaseSuspended`, :class:`LeaseResumed`,
 :class:`LeaseExpired`, :class:`LeaseRestored` and :class:`LeaseFailed`. Recipes fold them into a
-:class:`ConnectionState` (architecture §3)::
+:class:`ConnectionState` (architecture §3.7)::
 
     async with client.watch("/config/", prefix=True) as watch:
         async for item in watch.items():
@@ -125,7 +125,7 @@ LeaseEvent = Union[LeaseSuspended, LeaseResumed, LeaseExpired, LeaseRestored, Le
 
 
 def state_after(event: WatchRecoveryEvent | LeaseEvent) -> ConnectionState:
-    """The connection state an event leads to (architecture §3).
+    """The connection state an event leads to (architecture §3.7).
 
     >>> state_after(LeaseExpired(7))
     <ConnectionState.LOST: 'LOST'>

@@ -1,4 +1,5 @@
-"""The layering rules of ``DESIGN.md`` §1, checked on the source (AST), not by convention.
+"""The layering rules of ``docs/contributing/architecture.md`` §1, checked on the source
+(AST), not by convention.
 
 * Recipes reach etcd only through the public client: outside ``client/`` and ``_proto/``
   (and the blocking facade's hand-written runtime), no module imports ``grpc``, ``aetcd``,

@@ -1,13 +1,13 @@
 """The base class of every stateful recipe: lifecycle, background failures, connection state.
 
-Rules every recipe obeys (architecture §3):
+Rules every recipe obeys (architecture §3.8):
 
 * constructors do no I/O; ``await recipe.start()`` (or ``async with recipe:``) does;
 * ``aclose()`` is idempotent; using a recipe after it raises :class:`RecipeClosedError`;
 * failures in background tasks are recorded (``exceptions``, exception listeners) and never
   thrown into unrelated callers;
-* ``connection_state`` follows watch-recovery and lease events (architecture §3,
-  "connection state"); its listeners fire once per change;
+* ``connection_state`` follows watch-recovery and lease events (architecture §3.7); its
+  listeners fire once per change;
 * ``is_healthy()`` costs no I/O; ``await ping()`` does one count-only read.
 
 Recipes never close the client they were given.

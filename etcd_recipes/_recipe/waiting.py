@@ -2,7 +2,7 @@
 
 Two pieces:
 
-* :func:`wait_for_change` -- the waiter pattern (architecture §3, "snapshot, then watch"): the
+* :func:`wait_for_change` -- the waiter pattern (architecture §3.4, "snapshot, then watch"): the
   caller has read the state at revision ``R``; we watch from ``R + 1`` (nothing can fall between
   the read and the watch), return when an event satisfies ``trigger``, re-probe the state after
   every watch recovery (resubscribe or compaction resync), and raise if the watch fails for good.

@@ -18,8 +18,8 @@ hand-off, the same guards, deadline and errors):
 * :meth:`Runtime.stop` cancels what is still running, closes the root object (the async
   client), stops the loop and joins every thread the runtime started.
 
-**Why a hand-made loop thread and not anyio's** ``BlockingPortal``. ``DESIGN.md`` §5 names
-the portal as the well-kept tool, and it does give what a facade needs first: a loop in a
+**Why a hand-made loop thread and not anyio's** ``BlockingPortal``. The design (architecture
+§5) names the portal as the well-kept tool, and it does give what a facade needs first: a loop in a
 daemon thread with a clean start and stop (``start_blocking_portal``), ``call()`` for
 coroutines and plain functions, and ``wrap_async_context_manager`` entering and exiting in one
 task (the design :class:`~.calls.ContextRun` follows). What it lacks is the contract this
