@@ -7,15 +7,14 @@ SIGKILL after 10 s) and waits for them before it exits 0 -- a cluster's follower
 once, then its leader, so that no member waits out etcd's leadership transfer to a member that
 is itself stopping (7 s); a member that dies on its own stops the others and exits 1. A data
 directory is used by one ``dev`` at a time: a second one on the same ``--data-dir`` fails at
-once (exit 1), as it holds an exclusive lock on ``<data dir>.lock`` while it runs. The data survives restarts (``--data-dir``) unless ``--ephemeral``; a
-cluster's peer ports are kept in ``cluster.json`` there, since its members find each other by
-them on a restart.
+once (exit 1), as it holds an exclusive lock on ``<data dir>.lock`` while it runs. The data
+survives restarts (``--data-dir``) unless ``--ephemeral``; a cluster's peer ports are kept in
+``cluster.json`` there, since its members find each other by them on a restart.
 
 NOT guaranteed: a ``kill -9`` of this command leaves the etcd processes running (they are its
 children, not supervised by anything else) and releases the lock, so a second ``dev`` on that
-data directory then starts its own etcd, which waits for the first one's lock on the data; this is for development, not production (no TLS,
-no auth, loopback only).
-"""
+data directory then starts its own etcd, which waits for the first one's lock on the data; this
+is for development, not production (no TLS, no auth, loopback only)."""
 
 from __future__ import annotations
 
