@@ -42,7 +42,7 @@ from .._core.txn import AnyOp, Cmp, Compare, Op
 from ..codecs import INT32
 from ..errors import EtcdConnectionError, EtcdTimeoutError
 from ..types import KeyValue, RangeResult, TxnResult
-from ._layout import WINDOW, Snapshot, WorkKeys, attempts_in, item_name
+from ._layout import WINDOW, HeadReader, Snapshot, attempts_in, item_name
 from ._produce import now_millis
 from ._sweep import return_ops
 from ._take import commit, next_reach, outcome
@@ -112,16 +112,16 @@ class Claimer:
     """The claim transactions of one consumer of one queue."""
 
     def __init__(
-        self, client: EtcdClient, keys: WorkKeys, client_id: str, context: str, trace: bool
+        self, client: EtcdClient, reads: HeadReader, client_id: str, context: str, trace: bool
     ) -> None:
         self.client = client
-        self.keys = keys
+        self.reads = reads  # the snapshot reads, bounded near the queue's head
+        self.keys = keys = reads.keys
         self.client_id = client_id
         self.trace = trace  # read trace/<id> in the claim transaction
         self.what = f"{context}: undoing a cancelled claim"  # names the cleanup
         self.reach = 1  # candidates the next claim tries (see _take.next_reach)
         self.local = local_claims(client, keys.items)
-        self.snapshot_ops = keys.snapshot_ops(orphans=False)  # the reads after a claim
 
     def window(self, items: list[KeyValue], *, further: bool = True) -> list[KeyValue] | None:
         """The candidates the next claim tries: the first item no sibling took (or is after,
@@ -149,8 +149,10 @@ class Claimer:
 
     async def read_further(self) -> list[KeyValue]:
         """The first items of the queue, as many more than a window as siblings are after."""
-        limit = WINDOW + len(self.local.busy)
-        return (await self.client.range(self.keys.items, prefix=True, limit=limit)).kvs
+        op = self.reads.horizon.op(limit=WINDOW + len(self.local.busy))
+        read = await self.client.range(op.key, range_end=op.range_end, limit=op.limit)
+        self.reads.horizon.observe(op, read)
+        return read.kvs
 
     def claim_ops(self, head: KeyValue, attempt: int, lease_id: int) -> list[AnyOp]:
         name = item_name(head.key)
@@ -171,7 +173,9 @@ class Claimer:
         found = responses[4]
         return found.kvs[0].value if isinstance(found, RangeResult) and found.kvs else None
 
-    def claim_chain(self, window: list[KeyValue], lease_id: int) -> list[AnyOp]:
+    def claim_chain(
+        self, window: list[KeyValue], lease_id: int, snapshot_ops: list[AnyOp]
+    ) -> list[AnyOp]:
         """The operations of one transaction that claims the first item of ``window`` still
         present, trying them in queue order as nested transactions, then reads a snapshot.
 
@@ -202,7 +206,7 @@ class Claimer:
             [Op.get(attempts_key)],
         )
         chain = Op.txn([Cmp.mod_revision(head.key) == head.mod_revision], [first_delivery], failure)
-        return [chain, *self.snapshot_ops]
+        return [chain, *snapshot_ops]
 
     async def claim(self, window: list[KeyValue], lease_id: int) -> Claimed | Snapshot:
         """Claim the first of ``window`` still present: the claim, or a fresh snapshot if none
@@ -229,17 +233,20 @@ class Claimer:
         (claimed next, with ``attempt + 1``) from an item that is gone."""
         attempts_key = self.keys.attempts + item_name(head.key)
         claim_ops = self.claim_ops(head, 1, lease_id)
+        snapshot_ops = self.reads.ops(orphans=False)  # the reads after a claim
         result = await commit(
             self.client,
             [Cmp.mod_revision(head.key) == head.mod_revision, Cmp.missing(attempts_key)],
-            [*claim_ops, *self.snapshot_ops],
-            [Op.get(attempts_key), Op.get(head.key, keys_only=True), *self.snapshot_ops],
+            [*claim_ops, *snapshot_ops],
+            [Op.get(attempts_key), Op.get(head.key, keys_only=True), *snapshot_ops],
             undo=lambda done: self._unclaim(head, None, done.revision),
             what=self.what,
         )
         if result.succeeded:
             self.reach = next_reach(self.reach, 0, WINDOW)
-            after = Snapshot.parse(result.responses[len(claim_ops) :], result.revision)
+            after = self.reads.parse(
+                snapshot_ops, result.responses[len(claim_ops) :], result.revision
+            )
             return Claimed(head, 1, result.revision, after, self.context_in(result.responses))
         counts, present, *snapshot = result.responses
         assert isinstance(counts, RangeResult)
@@ -248,13 +255,14 @@ class Claimer:
             self.reach = next_reach(self.reach, 0, WINDOW)
             return await self._claim_again(head, counts.kvs[0], lease_id)
         self.reach = next_reach(self.reach, None, WINDOW)
-        return Snapshot.parse(snapshot, result.revision)
+        return self.reads.parse(snapshot_ops, snapshot, result.revision)
 
     async def _claim_chain(self, window: list[KeyValue], lease_id: int) -> Claimed | Snapshot:
+        snapshot_ops = self.reads.ops(orphans=False)
         result = await commit(
             self.client,
             [],
-            self.claim_chain(window, lease_id),
+            self.claim_chain(window, lease_id, snapshot_ops),
             [],
             undo=functools.partial(self._undo_chain, window),
             what=self.what,
@@ -264,13 +272,13 @@ class Claimer:
         level, reached = outcome(chain)
         self.reach = next_reach(self.reach, level if reached.succeeded else None, WINDOW)
         if not reached.succeeded:
-            return Snapshot.parse(snapshot, result.revision)
+            return self.reads.parse(snapshot_ops, snapshot, result.revision)
         head = window[level]
         first = reached.responses[0]
         if level > 0 or (isinstance(first, TxnResult) and first.succeeded):
             claimed = reached if level > 0 else first
             assert isinstance(claimed, TxnResult)
-            after = Snapshot.parse(snapshot, result.revision)
+            after = self.reads.parse(snapshot_ops, snapshot, result.revision)
             context = self.context_in(claimed.responses)
             return Claimed(head, 1, result.revision, after, context)
         assert isinstance(first, TxnResult)
@@ -284,7 +292,7 @@ class Claimer:
         """Claim a redelivery: ``attempt + 1``, guarded on the attempt count read."""
         attempts_key = self.keys.attempts + item_name(head.key)
         attempt = attempts_in([known]) + 1
-        snapshot_ops = self.snapshot_ops
+        snapshot_ops = self.reads.ops(orphans=False)
         claim_ops = self.claim_ops(head, attempt, lease_id)
         result = await commit(
             self.client,
@@ -298,10 +306,12 @@ class Claimer:
             what=self.what,
         )
         if result.succeeded:
-            after = Snapshot.parse(result.responses[len(claim_ops) :], result.revision)
+            after = self.reads.parse(
+                snapshot_ops, result.responses[len(claim_ops) :], result.revision
+            )
             context = self.context_in(result.responses)
             return Claimed(head, attempt, result.revision, after, context)
-        return Snapshot.parse(result.responses, result.revision)
+        return self.reads.parse(snapshot_ops, result.responses, result.revision)
 
     async def _undo_chain(self, window: list[KeyValue], result: TxnResult) -> None:
         chain = result.responses[0]

@@ -33,10 +33,11 @@ from typing import Any
 
 from .._core.keys import append_to_path, pad, random_token
 from .._core.logctx import library_logger
-from .._core.txn import AnyOp, Op
+from .._core.txn import AnyOp, GetOp, Op
 from ..codecs import INT32
 from ..errors import CodecError, InvalidArgumentError
 from ..types import KeyValue
+from ._horizon import Horizon
 from ._produce import key_millis, now_millis
 
 log = library_logger("etcd_recipes.work_queue")
@@ -98,13 +99,21 @@ class WorkKeys:
 
         return keys, [*values, *([context] * len(values))]
 
-    def snapshot_ops(self, *, orphans: bool = True) -> list[AnyOp]:
-        """The reads of a snapshot: the first items, the first delayed item and -- unless a
-        claim carries the snapshot (the sweeps and the next fresh snapshot look) -- the
-        in-flight and marker counts that reveal orphans."""
+    def snapshot_ops(
+        self, items: GetOp, delayed_until: int, *, orphans: bool = True
+    ) -> list[AnyOp]:
+        """The reads of a snapshot: ``items`` (the first items, a bounded read: see
+        :class:`HeadReader`), the first delayed item due before ``delayed_until`` (millis) and
+        -- unless a claim carries the snapshot (the sweeps and the next fresh snapshot look) --
+        the in-flight and marker counts that reveal orphans."""
         ops: list[AnyOp] = [
-            Op.get(self.items, prefix=True, limit=WINDOW),
-            Op.get(self.delayed, prefix=True, limit=1, keys_only=True),
+            items,
+            Op.get(
+                self.delayed,
+                range_end=self.delayed + pad(delayed_until, 19),
+                limit=1,
+                keys_only=True,
+            ),
         ]
         if orphans:
             ops += [
@@ -117,10 +126,11 @@ class WorkKeys:
 @dataclass
 class Snapshot:
     items: list[KeyValue]  # the first few items (with their values), or nothing
-    delayed: KeyValue | None  # the first delayed item (key only)
+    delayed: KeyValue | None  # the first delayed item due soon (key only)
     orphans: bool  # more payloads in flight than claim markers
     revision: int
     kept: bool = False  # read by an earlier claim (see the queue's prefetch), not just now
+    beyond: GetOp | None = None  # no items below the read's bound: the read of those past it
 
     @classmethod
     def parse(cls, responses: list[Any], revision: int) -> Snapshot:
@@ -128,6 +138,32 @@ class Snapshot:
         items, delayed, *counts = responses
         orphans = bool(counts) and counts[0].count > counts[1].count
         return cls(list(items.kvs), delayed.kvs[0] if delayed.kvs else None, orphans, revision)
+
+
+class HeadReader:
+    """The snapshot reads of one work queue, kept near its head (:mod:`._horizon`): items
+    below a bound ``span`` milliseconds past the head last seen, delayed items due within
+    ``lookahead`` seconds. A snapshot whose bounded items read found none carries the read of
+    what lies past the bound (:attr:`Snapshot.beyond`): not empty until that read says so."""
+
+    def __init__(self, keys: WorkKeys, horizon: Horizon, lookahead: float) -> None:
+        self.keys = keys
+        self.horizon = horizon
+        self.lookahead = lookahead
+
+    def ops(self, *, orphans: bool = True) -> list[AnyOp]:
+        until = now_millis() + round(self.lookahead * 1000)
+        return self.keys.snapshot_ops(self.horizon.op(limit=WINDOW), until, orphans=orphans)
+
+    def parse(self, ops: list[AnyOp], responses: list[Any], revision: int) -> Snapshot:
+        """The snapshot in the responses of ``ops`` (made by :meth:`ops`)."""
+        snap = Snapshot.parse(responses, revision)
+        items_op = ops[0]
+        assert isinstance(items_op, GetOp)
+        self.horizon.observe(items_op, responses[0])
+        if not snap.items:
+            snap.beyond = self.horizon.beyond_op(items_op, limit=WINDOW)
+        return snap
 
 
 def item_name(key: bytes) -> str:

@@ -185,7 +185,9 @@ async def promote_matured(client: EtcdClient, keys: WorkKeys) -> int:
     promoted = 0
     rename: str | None = None
     while True:
-        read = await client.range(keys.delayed, prefix=True, limit=1)
+        # Only what is due: a read bounded at now costs what has matured, not every delayed item.
+        due = keys.delayed + pad(now_millis() + 1, 19)
+        read = await client.range(keys.delayed, range_end=due, limit=1)
         if not read.kvs:
             return promoted
         head = read.kvs[0]

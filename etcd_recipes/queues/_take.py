@@ -253,7 +253,8 @@ class TakeQueue(Recipe, Generic[ValueT]):
         return encode(self.codec, value)
 
     def _head_op(self, limit: int) -> GetOp:
-        # With a codec the values come along: a take decodes its candidates before it commits.
+        """The head read (a queue may bound it: see the priority queue). With a codec the
+        values come along: a take decodes its candidates before it commits."""
         return Op.get(
             self._prefix,
             prefix=True,
@@ -263,14 +264,33 @@ class TakeQueue(Recipe, Generic[ValueT]):
             keys_only=self.codec is None,
         )
 
+    def _observe(self, op: GetOp, read: RangeResult) -> GetOp | None:
+        """Learn from a head read made with ``op``; the read of what lies past it when it was
+        bounded and found nothing (``None``: the read covered the whole queue)."""
+        return None
+
+    def _limit(self) -> int:
+        """Keys the next head read asks for."""
+        return self._read_limit
+
     async def _read_head(self, limit: int) -> RangeResult:
+        op = self._head_op(limit)
+        read = await self._range(op)
+        beyond = self._observe(op, read)
+        if beyond is not None:
+            read = await self._range(beyond)
+            self._observe(beyond, read)
+        return read
+
+    async def _range(self, op: GetOp) -> RangeResult:
         return await self._client.range(
-            self._prefix,
-            prefix=True,
-            sort_target=self._sort,
-            sort_order=SortOrder.ASCEND,
-            limit=limit,
-            keys_only=self.codec is None,
+            op.key,
+            prefix=op.prefix,
+            range_end=op.range_end,
+            sort_target=op.sort_target,
+            sort_order=op.sort_order,
+            limit=op.limit,
+            keys_only=op.keys_only,
         )
 
     def _decoded(self, chain: list[KeyValue]) -> list[ValueT]:
@@ -303,7 +323,7 @@ class TakeQueue(Recipe, Generic[ValueT]):
         revision = 0
         while True:
             if not window:
-                read = await self._read_head(self._read_limit)
+                read = await self._read_head(self._limit())
                 window, revision = await self._window(read), read.revision
             if not window:
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -314,7 +334,8 @@ class TakeQueue(Recipe, Generic[ValueT]):
                 continue
             values = self._decoded(window[: self._reach])
             chain = window[: len(values)]
-            compare, success, failure = first_present(chain, self._head_op(self._read_limit))
+            fallback = self._head_op(self._limit())
+            compare, success, failure = first_present(chain, fallback)
             result = await commit(
                 self._client,
                 compare,
@@ -335,9 +356,11 @@ class TakeQueue(Recipe, Generic[ValueT]):
                 deleted = reached.responses[0]  # raw: the keys-only read had no values
                 assert isinstance(deleted, DeleteResult)
                 return (cast(ValueT, deleted.prev_kvs[0].value),)
-            # Every candidate was gone: the innermost failure branch re-read the head.
+            # Every candidate was gone: the innermost failure branch re-read the head (when it
+            # was bounded and found nothing, the next pass reads past the bound).
             fresh = reached.responses[0]
             assert isinstance(fresh, RangeResult)
+            self._observe(fallback, fresh)
             window, revision = await self._window(fresh), result.revision
 
     async def _do_close(self) -> None:

@@ -215,7 +215,9 @@ async def queue_stats(
     if found == "work":
         return await _work_stats(client, path)
     base = append_to_path(path, "")
+    # Ascending key order is etcd's own (no sort: a sorted read fetches and sorts every key).
     head_sort = SortTarget.MOD if found == "fifo" else SortTarget.KEY
+    head_order = SortOrder.ASCEND if found == "fifo" else SortOrder.NONE
     count, head = (
         await client.txn(
             [],
@@ -227,7 +229,7 @@ async def queue_stats(
                     limit=1,
                     keys_only=True,
                     sort_target=head_sort,
-                    sort_order=SortOrder.ASCEND,
+                    sort_order=head_order,
                 ),
             ],
         )
@@ -301,9 +303,8 @@ async def peek_queue(
         return await _work_peek(client, path, limit, payload, now)
     base = append_to_path(path, "")
     sort = SortTarget.MOD if found == "fifo" else SortTarget.KEY
-    read = await client.range(
-        base, prefix=True, limit=limit, sort_target=sort, sort_order=SortOrder.ASCEND
-    )
+    order = SortOrder.ASCEND if found == "fifo" else SortOrder.NONE  # key order: etcd's own
+    read = await client.range(base, prefix=True, limit=limit, sort_target=sort, sort_order=order)
     kvs = read.kvs
     if found == "fifo":
         kvs = sorted(kvs, key=lambda kv: (kv.mod_revision, kv.key))  # a batch: argument order

@@ -70,6 +70,7 @@ from .._core.validate import check_duration, check_int_range
 from ..codecs import Codec, ValueT
 from ..errors import EtcdRecipeError, InvalidArgumentError, RecipeClosedError, RetriesExhaustedError
 from ..types import KeyValue, RangeResult, SortOrder, SortTarget
+from ._horizon import sequence_bound, shared_horizon
 from ._metering import Metered
 from ._take import TakeQueue
 
@@ -125,7 +126,6 @@ class DistributedPriorityQueue(TakeQueue[ValueT], Generic[ValueT]):
             assert await jobs.dequeue() == b"nightly-report"
     """
 
-    _sort = SortTarget.KEY
     _metric = "priority_queue.dequeue"
     _read_limit = 8
     _chain = 8
@@ -147,6 +147,8 @@ class DistributedPriorityQueue(TakeQueue[ValueT], Generic[ValueT]):
         """Seconds between two enqueues of this instance (0: no pacing)."""
         self._last_write = float("-inf")
         self._enqueue_lock = asyncio.Lock()
+        prefix = self._prefix.encode()
+        self._horizon = shared_horizon(client, self._prefix, sequence_bound(prefix))
 
     def __aiter__(self) -> DistributedPriorityQueue[ValueT]:
         """``async for value in queue:`` takes items forever, as :meth:`dequeue` does (ends
@@ -202,8 +204,14 @@ class DistributedPriorityQueue(TakeQueue[ValueT], Generic[ValueT]):
         self._check_open()
         data = self._encode(value)
         bucket = append_to_path(self.path, pad(prio, 5))
-        children = bucket + "/"
-        guard = "__" + bucket
+        with Metered(self._meter, "enqueue", self.path, **{"etcd_recipes.queue.priority": prio}):
+            await self._write(prio, data, "__" + bucket, bucket + "/")
+
+    async def _write(self, prio: int, data: bytes, guard: str, children: str) -> None:
+        """Write under the next sequence number of the bucket: the guard's value (the last
+        sequence number written, kept there by every enqueue of this library) or -- for a guard
+        without one (the Kotlin library writes ``""``), or when the key is taken all the
+        same -- one read of the bucket's last key, as costly as the bucket is long."""
         last = Op.get(
             children,
             prefix=True,
@@ -212,28 +220,30 @@ class DistributedPriorityQueue(TakeQueue[ValueT], Generic[ValueT]):
             limit=1,
             keys_only=True,
         )
-        with Metered(self._meter, "enqueue", self.path, **{"etcd_recipes.queue.priority": prio}):
-            await self._write(prio, data, guard, children, last)
-
-    async def _write(self, prio: int, data: bytes, guard: str, children: str, last: GetOp) -> None:
         async with self._enqueue_lock:
             pause = self._last_write + self.minimum_wait_time - time.monotonic()
             if pause > 0:
                 await asyncio.sleep(pause)
-            read = await self._client.txn([], [last])
+            scan = False  # read the bucket's last key instead of trusting the guard's value
+            read = await self._client.txn([], [Op.get(guard)])
             for attempt in range(1, MAX_ENQUEUE_ATTEMPTS + 1):
-                found = read.responses[-1]
-                assert isinstance(found, RangeResult)
-                key = f"{children}{pad(self._next_seq(children, found), 16)}"
+                seq = None if scan else _guard_seq(read.responses[0])
+                if seq is None:
+                    read = await self._client.txn([], [Op.get(guard), last])
+                    seq = self._next_seq(children, read.responses[1])
+                key = f"{children}{pad(seq, 16)}"
                 result = await self._client.txn(
-                    [Cmp.mod_revision(guard) < read.revision + 1],
-                    [Op.put(guard, b""), Op.put(key, data)],
-                    [last],
+                    [Cmp.mod_revision(guard) < read.revision + 1, Cmp.missing(key)],
+                    [Op.put(guard, str(seq)), Op.put(key, data)],
+                    [Op.get(guard)],
                 )
                 if result.succeeded:
                     self._last_write = time.monotonic()
                     return
                 log.debug("%s: enqueue CAS lost (attempt %d)", self.exception_context, attempt)
+                # The guard unchanged since the read: the key was taken by a writer that keeps
+                # no sequence number in the guard -- find the bucket's true end.
+                scan = _guard_revision(result.responses[0]) == _guard_revision(read.responses[0])
                 read = result
                 if attempt % 5 == 0:  # heavy contention: let the others through
                     await asyncio.sleep(random.uniform(0, 0.001 * attempt))
@@ -243,7 +253,8 @@ class DistributedPriorityQueue(TakeQueue[ValueT], Generic[ValueT]):
             attempts=MAX_ENQUEUE_ATTEMPTS,
         )
 
-    def _next_seq(self, children: str, found: RangeResult) -> int:
+    def _next_seq(self, children: str, found: Any) -> int:
+        assert isinstance(found, RangeResult)
         if not found.kvs:
             return 0
         tail = found.kvs[0].key[len(children.encode()) :]
@@ -255,6 +266,17 @@ class DistributedPriorityQueue(TakeQueue[ValueT], Generic[ValueT]):
                 "bucket (expected <path>/<priority>/<16-digit sequence>)"
             ) from None
 
+    def _head_op(self, limit: int) -> GetOp:
+        # Key order (no sort: a sorted read makes etcd fetch and sort the whole queue), kept
+        # near the head: see queues/_horizon.py.
+        return self._horizon.op(limit=limit, keys_only=self.codec is None)
+
+    def _observe(self, op: GetOp, read: RangeResult) -> GetOp | None:
+        self._horizon.observe(op, read)
+        if read.kvs:
+            return None
+        return self._horizon.beyond_op(op, limit=op.limit, keys_only=op.keys_only)
+
     async def _window(self, read: RangeResult) -> list[KeyValue]:
         """The head's priority bucket only: after losing a race, a take moves on to the next
         item of the same priority, never to a lower priority."""
@@ -262,3 +284,16 @@ class DistributedPriorityQueue(TakeQueue[ValueT], Generic[ValueT]):
             return []
         bucket = read.kvs[0].key.rsplit(b"/", 1)[0]
         return [kv for kv in read.kvs if kv.key.rsplit(b"/", 1)[0] == bucket]
+
+
+def _guard_seq(found: Any) -> int | None:
+    """The next sequence number a guard's value gives (``None``: missing, or no number)."""
+    assert isinstance(found, RangeResult)
+    if not found.kvs or not found.kvs[0].value.isdigit():
+        return None
+    return int(found.kvs[0].value) + 1
+
+
+def _guard_revision(found: Any) -> int:
+    assert isinstance(found, RangeResult)
+    return found.kvs[0].mod_revision if found.kvs else 0

@@ -102,10 +102,11 @@ from ..errors import (
     RecipeClosedError,
 )
 from ..events import LeaseEvent, LeaseExpired, LeaseRestored, LeaseResumed
-from ..types import KeyValue
+from ..types import KeyValue, RangeResult
 from ._claims import Claimer
 from ._consumer import RECEIVE_CALL, ConsumerLease
-from ._layout import Snapshot, WorkKeys, check_id, item_name, ready_millis
+from ._horizon import millis_bound, shared_horizon
+from ._layout import HeadReader, Snapshot, WorkKeys, check_id, item_name, ready_millis
 from ._metering import Metered, batch_size, check_propagation, report_lease_loss
 from ._produce import check_batch, create, encode, now_millis
 from ._sweep import Sweeps
@@ -167,9 +168,13 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         """The queue's settings."""
         self.codec: Codec[ValueT] | None = None if codec is None else as_codec(codec)
         """The value codec (``None``: raw bytes, ``str`` accepted and UTF-8 encoded)."""
-        self._keys = WorkKeys.under(self.path)
+        self._keys = keys = WorkKeys.under(self.path)
+        horizon = shared_horizon(client, keys.items, millis_bound(keys.items.encode()))
+        # A parked receive wakes every sweep_interval at the latest: look that far ahead (and a
+        # second more) for delayed items, so one maturing before the next wake is never missed.
+        self._reads = HeadReader(keys, horizon, self.config.sweep_interval + 1.0)
         context = self.exception_context
-        self._claimer = Claimer(client, self._keys, self.client_id, context, bool(self._trace))
+        self._claimer = Claimer(client, self._reads, self.client_id, context, bool(self._trace))
         self._sweeps = Sweeps(
             client,
             self._keys,
@@ -429,8 +434,18 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         return prefetched[1]
 
     async def _snapshot(self) -> Snapshot:
-        result = await self._client.txn([], self._keys.snapshot_ops())
-        return Snapshot.parse(result.responses, result.revision)
+        """A fresh snapshot: the bounded reads in one round trip and -- only when no item lies
+        below the bound -- a second that reads past it (see :class:`._layout.HeadReader`)."""
+        ops = self._reads.ops()
+        result = await self._client.txn([], ops)
+        snap = self._reads.parse(ops, result.responses, result.revision)
+        if snap.beyond is not None:
+            further = await self._client.txn([], [snap.beyond])
+            found = further.responses[0]
+            assert isinstance(found, RangeResult)
+            self._reads.horizon.observe(snap.beyond, found)
+            snap.items, snap.beyond, snap.revision = list(found.kvs), None, further.revision
+        return snap
 
     async def _receive(self, *, wait: bool, timeout: float | None) -> WorkItem[ValueT] | None:
         self._check_open()
@@ -460,6 +475,8 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         reclaimed = False
         while True:
             self._check_open()
+            if snap.beyond is not None:  # a claim's snapshot saw no item below its bound
+                snap = await self._snapshot()
             if snap.delayed is not None and ready_millis(snap.delayed) <= now_millis():
                 await self._sweeps.promote()
                 snap = await self._snapshot()

@@ -45,12 +45,32 @@ async def test_raw_key_layout_and_guard(etcd_client, etcd_prefix):
         f"{path}/65535/0000000000000000": b"c",
     }
     guards = {kv.key_text: kv.value for kv in await etcd_client.get_prefix("__" + path + "/")}
-    assert guards == {f"__{path}/00007": b"", f"__{path}/65535": b""}  # outside <p>/
+    # Outside <p>/; the value is the last sequence number written (the Kotlin library writes
+    # "" and compares only the guard's revision, so either reads the other's guard).
+    assert guards == {f"__{path}/00007": b"1", f"__{path}/65535": b"0"}
     assert await queue.dequeue() == b"a"
     assert await queue.size() == 2  # the guards are not items
-    # The sequence continues from the last child, not from a counter.
+    # The sequence continues from the last written, whatever was taken since.
     await queue.enqueue(b"d", 7)
     assert f"{path}/00007/0000000000000002" in await keys(etcd_client, path + "/")
+    await etcd_client.delete("__" + path + "/", prefix=True)
+
+
+async def test_a_guard_without_a_sequence_number_reads_the_bucket(etcd_client, etcd_prefix):
+    """A Kotlin writer's guard (value ``""``), and a key taken by a writer that leaves the
+    guard's number behind: the enqueue reads the bucket's last key and never overwrites."""
+    path = etcd_prefix + "pq"
+    queue = DistributedPriorityQueue(etcd_client, path)
+    await etcd_client.put(f"{path}/00003/0000000000000041", b"jvm")  # as the JVM library does
+    await etcd_client.put(f"__{path}/00003", b"")
+    await queue.enqueue(b"ours", 3)
+    assert (await etcd_client.get(f"{path}/00003/0000000000000042")).value == b"ours"
+    # A writer that keeps no number in the guard takes the next key without touching it...
+    await etcd_client.put(f"{path}/00003/0000000000000043", b"foreign")
+    await queue.enqueue(b"after", 3)  # ...the create-only compare fails: the bucket is read
+    assert (await etcd_client.get(f"{path}/00003/0000000000000043")).value == b"foreign"
+    assert (await etcd_client.get(f"{path}/00003/0000000000000044")).value == b"after"
+    assert [await queue.dequeue() for _ in range(4)] == [b"jvm", b"ours", b"foreign", b"after"]
     await etcd_client.delete("__" + path + "/", prefix=True)
 
 
