@@ -131,6 +131,7 @@ class Snapshot:
     revision: int
     kept: bool = False  # read by an earlier claim (see the queue's prefetch), not just now
     beyond: GetOp | None = None  # no items below the read's bound: the read of those past it
+    limit: int = WINDOW  # items the read asked for (more may wait when it got that many)
 
     @classmethod
     def parse(cls, responses: list[Any], revision: int) -> Snapshot:
@@ -151,9 +152,10 @@ class HeadReader:
         self.horizon = horizon
         self.lookahead = lookahead
 
-    def ops(self, *, orphans: bool = True) -> list[AnyOp]:
+    def ops(self, *, orphans: bool = True, limit: int = WINDOW) -> list[AnyOp]:
+        """The reads of a snapshot of the first ``limit`` items (a batch reads more)."""
         until = now_millis() + round(self.lookahead * 1000)
-        return self.keys.snapshot_ops(self.horizon.op(limit=WINDOW), until, orphans=orphans)
+        return self.keys.snapshot_ops(self.horizon.op(limit=limit), until, orphans=orphans)
 
     def parse(self, ops: list[AnyOp], responses: list[Any], revision: int) -> Snapshot:
         """The snapshot in the responses of ``ops`` (made by :meth:`ops`)."""
@@ -161,8 +163,9 @@ class HeadReader:
         items_op = ops[0]
         assert isinstance(items_op, GetOp)
         self.horizon.observe(items_op, responses[0])
+        snap.limit = items_op.limit
         if not snap.items:
-            snap.beyond = self.horizon.beyond_op(items_op, limit=WINDOW)
+            snap.beyond = self.horizon.beyond_op(items_op, limit=items_op.limit)
         return snap
 
 

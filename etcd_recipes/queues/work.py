@@ -84,36 +84,35 @@ Example::
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Generic, cast, overload
+from typing import TYPE_CHECKING, Any, Generic, overload
 
 from .._core.logctx import library_logger
 from .._core.shield import abort_guard
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
-from .._core.validate import check_delay, check_timeout
+from .._core.txn import AnyOp
+from .._core.validate import check_delay, check_int_range, check_timeout
 from .._recipe.recipe import Recipe
-from .._recipe.waiting import Interrupts, wait_for_put_under
+from .._recipe.waiting import Interrupts
 from ..codecs import Codec, ValueT, as_codec
 from ..errors import (
-    CodecError,
+    InvalidArgumentError,
     LeaseEventError,
-    LeaseNotFoundError,
     RecipeClosedError,
 )
 from ..events import LeaseEvent, LeaseExpired, LeaseRestored, LeaseResumed
-from ..types import KeyValue, RangeResult
+from ._batch import MAX_BATCH, Settling, settle_many
 from ._claims import Claimer
 from ._consumer import RECEIVE_CALL, ConsumerLease
 from ._horizon import millis_bound, shared_horizon
-from ._layout import HeadReader, Snapshot, WorkKeys, check_id, item_name, ready_millis
+from ._layout import HeadReader, WorkKeys, check_id, item_name
 from ._metering import Metered, batch_size, check_propagation, report_lease_loss
-from ._produce import check_batch, create, encode, now_millis
+from ._produce import check_batch, create, encode
+from ._receive import Receiver
 from ._sweep import Sweeps
-from ._take import decode_at
 from .config import WorkQueueConfig, _check_config
 from .dead_letters import DeadLetter, _list_dead, _purge_dead, _requeue_dead
-from .item import TracePropagation, WorkItem, _Claim
+from .item import TracePropagation, WorkItem
 
 if TYPE_CHECKING:
     from ..client import EtcdClient
@@ -175,13 +174,14 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         self._reads = HeadReader(keys, horizon, self.config.sweep_interval + 1.0)
         context = self.exception_context
         self._claimer = Claimer(client, self._reads, self.client_id, context, bool(self._trace))
+        self._receiver = Receiver(self)
         self._sweeps = Sweeps(
             client,
             self._keys,
             self.config,
             context,
-            touched=self._stale,
-            snapshot=self._snapshot,
+            touched=self._receiver.stale,
+            snapshot=self._receiver.snapshot,
             on_error=lambda exc: self._record_exception(exc, "sweeper"),
             meter=lambda: self._meter,
         )
@@ -194,7 +194,6 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
             context=context,
         )
         self._held: dict[str, WorkItem[ValueT]] = {}
-        self._prefetched: tuple[float, Snapshot] | None = None
         self._waits = Interrupts()  # closing ends the parked waits at once
         self._lease_events: Broadcast[LeaseEvent] = self._broadcast("lease")
 
@@ -280,7 +279,8 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
                 assert await queue.receive(timeout=0.2) is None   # time ran out
         """
         limit = check_timeout(timeout, zero=True)
-        return await self._receive(wait=limit != 0, timeout=limit)
+        found = await self._receive(wait=limit != 0, timeout=limit)
+        return found[0] if found else None
 
     async def try_receive(self) -> WorkItem[ValueT] | None:
         """Claim the next item if one is ready; ``None`` at once otherwise.
@@ -292,7 +292,65 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
             async with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
                 assert await queue.try_receive() is None         # nothing ready: at once
         """
-        return await self._receive(wait=False, timeout=None)
+        found = await self._receive(wait=False, timeout=None)
+        return found[0] if found else None
+
+    async def receive_many(
+        self, max_items: int, timeout: float | None = None
+    ) -> list[WorkItem[ValueT]]:
+        """Claim up to ``max_items`` (1..100) ready items in **one** transaction, waiting for
+        the first as :meth:`receive` does (at most ``timeout`` seconds; ``0``: try once); an
+        empty list if the time ran out. Fewer come when fewer are ready, or others took some.
+
+        Each item is claimed as :meth:`receive` claims one (its own compare inside the batch:
+        an item another consumer took is skipped, the rest commit); a redelivered item among
+        them is claimed right after, with its attempt count. Cancellation consumes nothing
+        (a batch that committed meanwhile is undone). Settle the items one by one or with
+        :meth:`ack_many`.
+
+        Example::
+
+            from etcd_recipes import DistributedWorkQueue
+
+            async with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
+                await queue.enqueue_all([b"a", b"b", b"c"])
+                items = await queue.receive_many(16, timeout=5)
+                assert [i.value for i in items] == [b"a", b"b", b"c"]
+                assert await queue.ack_many(items) == [True, True, True]
+        """
+        most = check_int_range(max_items, what="max_items", minimum=1, maximum=MAX_BATCH)
+        limit = check_timeout(timeout, zero=True)
+        return await self._receive(wait=limit != 0, timeout=limit, most=most)
+
+    async def ack_many(self, items: Iterable[WorkItem[ValueT]]) -> list[bool]:
+        """Acknowledge ``items`` (of this queue) in one transaction per 100; per item, in
+        order, whether it was acked: ``False`` where its claim was lost (it may be delivered
+        again, or was: the work may have run twice) or it was already settled -- one late
+        item fails alone, the others are acked. A transport failure is retried as
+        :meth:`WorkItem.ack` retries it, and its hidden outcome found out per item.
+
+        Raises :class:`~etcd_recipes.errors.InvalidArgumentError` (nothing written) for an
+        item of another queue instance.
+
+        Example::
+
+            from etcd_recipes import DistributedWorkQueue
+
+            async with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
+                await queue.enqueue_all([b"a", b"b"])
+                first, second = await queue.receive_many(2)
+                await first.requeue()                     # settled already: not acked
+                assert await queue.ack_many([first, second]) == [False, True]
+        """
+        batch = list(items)
+        for item in batch:
+            if not isinstance(item, WorkItem) or item._claim.settle != self._settle:
+                raise InvalidArgumentError(f"{self.exception_context}: not an item of this queue")
+        self._check_open()
+        done: list[bool] = []
+        for start in range(0, len(batch), MAX_BATCH):
+            done += await self._ack_batch(batch[start : start + MAX_BATCH])
+        return done
 
     def __aiter__(self) -> DistributedWorkQueue[ValueT]:
         """``async for item in queue:`` receives forever (ends when the queue is closed); a
@@ -423,31 +481,9 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
 
     # ------------------------------------------------------------------ receive internals
 
-    def _stale(self) -> None:
-        self._prefetched = None
-
-    def _fresh_prefetch(self) -> Snapshot | None:
-        prefetched, self._prefetched = self._prefetched, None
-        if prefetched is None or time.monotonic() - prefetched[0] > _PREFETCH_TTL:
-            return None
-        prefetched[1].kept = True
-        return prefetched[1]
-
-    async def _snapshot(self) -> Snapshot:
-        """A fresh snapshot: the bounded reads in one round trip and -- only when no item lies
-        below the bound -- a second that reads past it (see :class:`._layout.HeadReader`)."""
-        ops = self._reads.ops()
-        result = await self._client.txn([], ops)
-        snap = self._reads.parse(ops, result.responses, result.revision)
-        if snap.beyond is not None:
-            further = await self._client.txn([], [snap.beyond])
-            found = further.responses[0]
-            assert isinstance(found, RangeResult)
-            self._reads.horizon.observe(snap.beyond, found)
-            snap.items, snap.beyond, snap.revision = list(found.kvs), None, further.revision
-        return snap
-
-    async def _receive(self, *, wait: bool, timeout: float | None) -> WorkItem[ValueT] | None:
+    async def _receive(
+        self, *, wait: bool, timeout: float | None, most: int = 1
+    ) -> list[WorkItem[ValueT]]:
         self._check_open()
         call = object()
         token = RECEIVE_CALL.set(call)
@@ -458,109 +494,16 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
             if self._consumer.taken_by is call and not self._held:
                 await self._consumer.stop()
 
+        extra = batch_size(most) if most > 1 else {}
         try:
             async with abort_guard(give_back_new_lease, what=f"{self.exception_context}: lease"):
-                with Metered(self._meter, "receive", self.path) as op:
-                    found = await self._receive_loop(wait=wait, timeout=timeout)
-                    op.link(self._trace, None if found is None else found.trace_context)
-                    return op.taken(found, waited=wait)
+                with Metered(self._meter, "receive", self.path, **extra) as op:
+                    found = await self._receiver.loop(wait=wait, timeout=timeout, most=most)
+                    op.link(self._trace, found[0].trace_context if found else None)
+                    op.taken(found or None, waited=wait)
+                    return found
         finally:
             RECEIVE_CALL.reset(token)
-
-    async def _receive_loop(self, *, wait: bool, timeout: float | None) -> WorkItem[ValueT] | None:
-        started = time.monotonic()
-        # try_receive() does not wait for a healing lease either.
-        deadline = started if not wait else None if timeout is None else started + timeout
-        snap = self._fresh_prefetch() or await self._snapshot()
-        reclaimed = False
-        while True:
-            self._check_open()
-            if snap.beyond is not None:  # a claim's snapshot saw no item below its bound
-                snap = await self._snapshot()
-            if snap.delayed is not None and ready_millis(snap.delayed) <= now_millis():
-                await self._sweeps.promote()
-                snap = await self._snapshot()
-                continue
-            if snap.orphans and not reclaimed:
-                reclaimed = True  # once per pass: a lost race must not spin
-                if await self._sweeps.reclaim():
-                    snap = await self._snapshot()
-                    continue
-            if snap.items:
-                outcome = await self._claim(snap.items, deadline)
-                if isinstance(outcome, WorkItem):
-                    if wait:
-                        self._record_latency(_METRIC, started)
-                    return outcome
-                if outcome is None:
-                    return None  # the deadline passed while the consumer lease was healing
-                snap, reclaimed = outcome, False
-                continue
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if not wait or (remaining is not None and remaining <= 0):
-                return None
-            if snap.kept:
-                # Park only on a fresh read: a watch anchored below the current revision is
-                # caught up by etcd's 100 ms sync loop, so a hand-off would lag by up to that.
-                snap, reclaimed = await self._snapshot(), False
-                continue
-            wait_for = self.config.sweep_interval
-            if remaining is not None:
-                wait_for = min(wait_for, remaining)
-            if snap.delayed is not None:
-                due = (ready_millis(snap.delayed) - now_millis()) / 1000
-                wait_for = min(wait_for, max(due, 0.001))
-            await wait_for_put_under(  # a new item, or a delayed one (it may mature sooner)
-                self._client,
-                (self._keys.items, self._keys.delayed),
-                after_revision=snap.revision,
-                timeout=wait_for,
-                on_recovery=self._on_recovery_event,
-                interrupts=self._waits,
-            )
-            self._check_open()
-            snap, reclaimed = await self._snapshot(), False
-
-    async def _claim(
-        self, items: list[KeyValue], deadline: float | None
-    ) -> WorkItem[ValueT] | Snapshot | None:
-        """Claim the first of ``items`` still present: the item, a fresh snapshot if none was,
-        or None if the deadline passed while the consumer lease was healing."""
-        dead = 0  # a lease id the server no longer knows
-        while True:
-            lease_id = await self._consumer.acquire(deadline, dead)
-            if not lease_id:
-                return None
-            window = self._claimer.window(items)  # right before the claim: siblings see it
-            if window is None:  # siblings are after every item read: look further first
-                window = self._claimer.window(await self._claimer.read_further(), further=False)
-            if not window:
-                return await self._snapshot()  # siblings took every item read: read afresh
-            try:
-                claimed = await self._claimer.claim(window, lease_id)
-            except LeaseNotFoundError:
-                # The lease died (revoked, expired) before the keeper noticed: wait for the
-                # healed one instead of retrying with a dead id.
-                dead = lease_id
-                continue
-            if isinstance(claimed, Snapshot):
-                return claimed
-            # The state right after this claim: the next receive may start from it (saving a
-            # round trip) while it is fresh. The claim of a stale candidate just fails over.
-            self._prefetched = (time.monotonic(), claimed.after)
-            name = item_name(claimed.head.key)
-            claim = _Claim(self._settle, claimed, lease_id)
-            try:
-                value = decode_at(self.codec, claimed.head, self.exception_context, _DEAD)
-            except CodecError as exc:
-                # A payload that does not decode would wedge every consumer: dead-letter it.
-                log.warning("%s", exc)
-                item = WorkItem[ValueT](name, cast(ValueT, None), claimed.attempt, claim=claim)
-                await self._settle(item, "dead", reason="undecodable")
-                return claimed.after
-            item = WorkItem(name, value, claimed.attempt, claim=claim)
-            self._held[name] = item
-            return item
 
     # ------------------------------------------------------------------ the consumer lease
 
@@ -591,7 +534,7 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         claim.settled = True
         self._held.pop(name, None)  # closing must not return it meanwhile
         if how == "requeue":
-            self._prefetched = None  # it goes back to the head: a kept snapshot lacks it
+            self._receiver.stale()  # it goes back to the head: a kept snapshot lacks it
         ops = self._claimer.settle_ops(name, claim.data, how, delay=delay, reason=reason)
         budget = self.config.visibility_timeout
         try:
@@ -604,6 +547,36 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         if not settled:
             log.info("%s: the claim on %s was lost before settling", self.exception_context, name)
         return settled
+
+    async def _ack_batch(self, batch: list[WorkItem[ValueT]]) -> list[bool]:
+        with Metered(self._meter, "ack", self.path, **batch_size(len(batch))) as op:
+            todo: dict[str, WorkItem[ValueT]] = {}
+            for item in batch:  # settled ones (and a repeat of one) are not acked again
+                if not item._claim.settled and item.id not in todo:
+                    todo[item.id] = item
+            for item in todo.values():
+                item._claim.settled = True
+                self._held.pop(item.id, None)  # closing must not return it meanwhile
+            settling = [
+                Settling(i.id, i._claim.revision, i._claim.lease_id, self._ack_ops(i))
+                for i in todo.values()
+            ]
+            budget = self.config.visibility_timeout
+            try:
+                results = await settle_many(self._claimer, settling, budget) if settling else []
+            except BaseException:
+                for item in todo.values():
+                    if not self.is_closed:  # unknown: still ours to return on close
+                        self._held.setdefault(item.id, item)
+                        item._claim.settled = False
+                raise
+            acked = {i.id: ok for i, ok in zip(todo.values(), results)}
+            out = [acked.pop(item.id, False) for item in batch]
+            op.settled(all(out))
+            return out
+
+    def _ack_ops(self, item: WorkItem[ValueT]) -> list[AnyOp]:
+        return self._claimer.settle_ops(item.id, item._claim.data, "ack")
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -46,7 +46,8 @@ def suffix(params: list[str]) -> str:
 class Conversion:
     """How one parameter or result crosses the facade."""
 
-    kind: str  # plain | unwrap | hook | listener | listener_nowait | twin | none | iter | cm
+    kind: str  # plain | unwrap | unwrap_each | hook | listener | listener_nowait | twin | none
+    #            | iter | cm | list
     annotation: str | None  # the sync annotation text
     optional: bool = False
     element_twinned: bool = False
@@ -131,6 +132,8 @@ class Writer:
         inner, optional = ix.split_optional(ann)
         if self.plan.is_twin(self.index.canon_of(inner, ctx)):
             return Conversion("unwrap", self.text(ann, ctx), optional)
+        if not optional and self.twinned_elements(inner, ctx, "Iterable", "Sequence"):
+            return Conversion("unwrap_each", self.text(ann, ctx))  # Iterable[Twin]: each
         named = inner.value if isinstance(inner, ast.Subscript) else inner  # IndexFn[T] too
         if self.plan.usage.uses("PURE", self.index.canon_of(named, ctx)):
             return Conversion("plain", self.text(ann, ctx))
@@ -157,6 +160,8 @@ class Writer:
         outer = inner.value if isinstance(inner, ast.Subscript) else inner  # Twin[T] too
         if self.plan.is_twin(self.index.canon_of(outer, ctx)):
             return Conversion("twin", self.text(ann, ctx), optional)
+        if not optional and self.twinned_elements(inner, ctx):
+            return Conversion("list", self.text(ann, ctx), False, True)  # list[Twin]: each
         if isinstance(inner, ast.Subscript) and not optional:
             head, element = self.index.canon_of(inner.value, ctx), ix.slice_items(inner)[0]
             gen = self.index.is_abc(inner.value, ctx, *ASYNC_ITERS)
@@ -178,6 +183,18 @@ class Writer:
             raise GenError(f"{ctx.path}: cannot twin {ast.unparse(element)!r} inside {wrapper}")
         name = self.need(module, wrapper)
         return Conversion(kind, f"{name}[{self.text(element, ctx)}]", False, twinned)
+
+    def twinned_elements(self, node: ast.expr, ctx: Module, *abcs: str) -> bool:
+        """Whether ``node`` is ``list[Twin]`` (or one of the collections.abc ``abcs`` of a
+        twinned class): its elements cross the facade one by one."""
+        if not isinstance(node, ast.Subscript):
+            return False
+        is_list = isinstance(node.value, ast.Name) and node.value.id == "list"
+        if not is_list and not (abcs and self.index.is_abc(node.value, ctx, *abcs)):
+            return False
+        element, _ = ix.split_optional(ix.slice_items(node)[0])
+        outer = element.value if isinstance(element, ast.Subscript) else element
+        return self.plan.is_twin(self.index.canon_of(outer, ctx))
 
     def doc(self, text: str | None, level: int) -> Lines:
         return [IND * level + self.plan.usage.doc(text)] if text else []
@@ -203,6 +220,8 @@ class Writer:
             value = arg.arg
             if conv.kind == "unwrap":
                 value = f"{arg.arg}._a"
+            elif conv.kind == "unwrap_each":
+                value = f"[each._a for each in {arg.arg}]"
             elif conv.kind in ("hook", "listener", "listener_nowait"):
                 value = f"{rt}.{conv.kind}({arg.arg})"
             if conv.optional and value != arg.arg:
@@ -262,7 +281,9 @@ class Writer:
         if r.kind in ("none", "plain"):
             return call(func, args, lv, "" if r.kind == "none" else "return ")
         wrapped = f"{owner}._twin(value{x})"
-        if r.kind != "twin":
+        if r.kind == "list":
+            wrapped = f"[{owner}._twin(each) for each in value{x}]"
+        elif r.kind != "twin":
             helper = self.need(TWIN, "SyncContextManager" if r.kind == "cm" else "SyncIterator")
             convert = f", {owner}._twin" if r.element_twinned else ""
             wrapped = f"{helper}({owner}._rt, value{x}{convert})"

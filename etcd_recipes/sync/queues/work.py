@@ -158,6 +158,53 @@ class DistributedWorkQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedWo
         result: WorkItem[ValueT] | None = self._twin(value)
         return result
 
+    def receive_many(self, max_items: int, timeout: float | None = None) -> list[WorkItem[ValueT]]:
+        """Claim up to ``max_items`` (1..100) ready items in **one** transaction, waiting for
+        the first as :meth:`receive` does (at most ``timeout`` seconds; ``0``: try once); an
+        empty list if the time ran out. Fewer come when fewer are ready, or others took some.
+
+        Each item is claimed as :meth:`receive` claims one (its own compare inside the batch:
+        an item another consumer took is skipped, the rest commit); a redelivered item among
+        them is claimed right after, with its attempt count. Cancellation consumes nothing
+        (a batch that committed meanwhile is undone). Settle the items one by one or with
+        :meth:`ack_many`.
+
+        Example::
+
+            from etcd_recipes.sync import DistributedWorkQueue
+
+            with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
+                queue.enqueue_all([b"a", b"b", b"c"])
+                items = queue.receive_many(16, timeout=5)
+                assert [i.value for i in items] == [b"a", b"b", b"c"]
+                assert queue.ack_many(items) == [True, True, True]
+        """
+        value = self._rt.call(self._a.receive_many, max_items, timeout)
+        result: list[WorkItem[ValueT]] = [self._twin(each) for each in value]
+        return result
+
+    def ack_many(self, items: Iterable[WorkItem[ValueT]]) -> list[bool]:
+        """Acknowledge ``items`` (of this queue) in one transaction per 100; per item, in
+        order, whether it was acked: ``False`` where its claim was lost (it may be delivered
+        again, or was: the work may have run twice) or it was already settled -- one late
+        item fails alone, the others are acked. A transport failure is retried as
+        :meth:`WorkItem.ack` retries it, and its hidden outcome found out per item.
+
+        Raises :class:`~etcd_recipes.errors.InvalidArgumentError` (nothing written) for an
+        item of another queue instance.
+
+        Example::
+
+            from etcd_recipes.sync import DistributedWorkQueue
+
+            with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
+                queue.enqueue_all([b"a", b"b"])
+                first, second = queue.receive_many(2)
+                first.requeue()                     # settled already: not acked
+                assert queue.ack_many([first, second]) == [False, True]
+        """
+        return self._rt.call(self._a.ack_many, [each._a for each in items])
+
     def __iter__(self) -> DistributedWorkQueue[ValueT]:
         return self
 
