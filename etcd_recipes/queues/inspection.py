@@ -154,7 +154,7 @@ async def detect_queue_kind(client: EtcdClient, path: str) -> QueueKind | None:
         await client.txn(
             [],
             [
-                Op.get(base, prefix=True, limit=1, keys_only=True, sort_order=SortOrder.ASCEND),
+                Op.get(base, prefix=True, limit=1, keys_only=True),  # key order: no sort
                 Op.get("__" + base, prefix=True, count_only=True),
             ],
         )
