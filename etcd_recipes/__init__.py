@@ -177,7 +177,7 @@ from .metrics import NOOP_METRICS, EtcdMetrics, MetricsSpan
 from .queues.config import WorkQueueConfig
 from .queues.dead_letters import DeadLetter
 from .queues.fifo import DistributedQueue
-from .queues.item import WorkItem
+from .queues.item import ItemState, WorkItem
 from .queues.priority import MAX_PRIORITY, DistributedPriorityQueue, InvalidPriorityError
 from .queues.work import DistributedWorkQueue
 from .resilience import (
@@ -285,6 +285,7 @@ __all__ = [
     "InvalidEndpointError",
     "InvalidPathError",
     "InvalidPriorityError",
+    "ItemState",
     "JsonCodec",
     "KeyValue",
     "LeaderLatch",

@@ -9,7 +9,9 @@ library ignores), ``<p>/delayed/<ready%019d>-<r3>`` (an item requeued with a del
 ``<p>/delayed/<ready%019d>-<id>``, promoted back to ``items/<id>``), and -- only with trace
 propagation on (``trace_propagation=``; off by default, and the JVM library knows nothing of
 it) -- ``<p>/trace/<id>``, the producer's trace context, written with the item and deleted on
-``ack()`` or purge. See :mod:`etcd_recipes.queues.work` for what each key guarantees.
+``ack()`` or purge; and -- only with ``max_items`` set -- ``<p>/admission``, which the producers
+of a bounded queue write in every enqueue and compare on (see :mod:`._bounded`). See
+:mod:`etcd_recipes.queues.work` for what each key guarantees.
 
 ========================================  =============================  ========================
 key                                       value                          lease
@@ -22,6 +24,7 @@ key                                       value                          lease
 ``<p>/reasons/<id>``                      a dead letter's reason, UTF-8  none
 ``<p>/delayed/<ready%019d>-<r3>``         a delayed payload              none
 ``<p>/trace/<id>``                        the producer's trace context   none (opt-in)
+``<p>/admission``                         ``""`` (bounded queues only)   none
 ========================================  =============================  ========================
 """
 
@@ -57,6 +60,7 @@ class WorkKeys:
     reasons: str
     delayed: str
     trace: str
+    admission: str  # a bounded queue's producers compare on it (max_items)
 
     @classmethod
     def under(cls, path: str) -> WorkKeys:
@@ -70,6 +74,7 @@ class WorkKeys:
             reasons=base + "reasons/",
             delayed=base + "delayed/",
             trace=base + "trace/",
+            admission=base + "admission",
         )
 
     def fresh(self, delay: float, batch: int = 0) -> list[str]:

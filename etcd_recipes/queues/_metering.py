@@ -9,6 +9,7 @@ Guaranteed, for every metered call (``enqueue``, ``enqueue_all``, ``dequeue``/``
   or a wait of ``0``, found nothing); ``timeout`` (a wait with a time limit found nothing);
   ``cancelled`` (the caller was cancelled, or the queue closed under a waiting call);
   ``stale`` (a settle that returned ``False``: the claim was gone or already settled);
+  ``full`` (a bounded work queue's ``try_enqueue`` found no room);
   ``error`` (anything raised);
 * a span (``queue.enqueue``, ``queue.receive``, ``queue.settle``) with the OpenTelemetry
   messaging attributes ``messaging.system = "etcd"``, ``messaging.operation.type``

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._core.txn import Cmp, Op
+from .._core.txn import AnyOp, Cmp, Compare, Op
 from .._core.validate import check_values
 from ..codecs import Codec, to_bytes
 from ..errors import (
@@ -34,6 +34,11 @@ if TYPE_CHECKING:
     from ..client import EtcdClient
 
 MAX_KEY_CLASHES = 10  # fresh random suffixes tried when a new key already exists
+
+
+class GuardFailed(Exception):
+    """A guarded :func:`create`'s extra compare failed (nothing was written)."""
+
 
 _last_millis = 0
 
@@ -62,9 +67,14 @@ def check_batch(values: Iterable[object]) -> list[object]:
 
 
 async def create(
-    client: EtcdClient, make_keys: Callable[[], Sequence[str]], values: Sequence[bytes]
+    client: EtcdClient,
+    make_keys: Callable[[], Sequence[str]],
+    values: Sequence[bytes],
+    *,
+    guard: tuple[Sequence[Compare], Sequence[AnyOp]] = ((), ()),
 ) -> list[str]:
-    """Write ``values`` under fresh keys in one transaction, each guarded "does not exist".
+    """Write ``values`` under fresh keys in one transaction, each guarded "does not exist"
+    (with ``guard``'s compares and writes too: :class:`GuardFailed` when those fail).
 
     A clash (another producer drew the same key) draws new keys. A transport failure retries
     the same keys under the client's RPC retry policy; if the retry then finds the first key
@@ -78,8 +88,8 @@ async def create(
     while True:
         try:
             result = await client.txn(
-                [Cmp.missing(k) for k in keys],
-                [Op.put(k, v) for k, v in zip(keys, values)],
+                [*guard[0], *(Cmp.missing(k) for k in keys)],
+                [*guard[1], *(Op.put(k, v) for k, v in zip(keys, values))],
                 [Op.get(keys[0])],
             )
         except TooManyOperationsError as exc:
@@ -108,6 +118,8 @@ async def create(
             and existing.kvs[0].value == values[0]
         ):
             return keys  # our attempt that timed out had been committed
+        if guard[0] and isinstance(existing, RangeResult) and not existing.kvs:
+            raise GuardFailed  # no clash: the guard's compare failed
         clashes += 1
         if clashes >= MAX_KEY_CLASHES:
             raise RetriesExhaustedError(

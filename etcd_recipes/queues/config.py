@@ -27,6 +27,9 @@ class WorkQueueConfig:
     :param max_deliveries: deliveries before an orphaned item is dead-lettered (at least 1).
     :param sweep_interval: how often each consumer looks for orphans and matured delayed items
         (finite, > 0); also the longest a parked ``receive()`` sleeps without looking.
+    :param max_items: a bound on the items waiting (ready and delayed; ``None``: unbounded):
+        ``enqueue`` waits for room, ``try_enqueue`` returns ``None`` at once when full (see
+        the queue's docs for what the bound does not cover).
 
     Example::
 
@@ -40,11 +43,14 @@ class WorkQueueConfig:
     visibility_timeout: float = 30.0
     max_deliveries: int = 5
     sweep_interval: float = 30.0
+    max_items: int | None = None
 
     def __post_init__(self) -> None:
         check_ttl(self.visibility_timeout, what="visibility_timeout")
         check_count(self.max_deliveries, what="max_deliveries", minimum=1)
         check_duration(self.sweep_interval, what="sweep_interval")
+        if self.max_items is not None:
+            check_count(self.max_items, what="max_items", minimum=1)
 
 
 def _check_config(config: Any) -> WorkQueueConfig:

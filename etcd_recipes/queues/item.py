@@ -13,7 +13,7 @@ on :attr:`WorkItem.id`).
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any, Generic, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, runtime_checkable
 
 from .._core.validate import check_delay, check_reason
 from ..codecs import ValueT
@@ -22,7 +22,12 @@ from ..metrics import MetricsSpan
 if TYPE_CHECKING:
     from ._claims import Claimed
 
-__all__ = ["TracePropagation", "WorkItem"]
+__all__ = ["ItemState", "TracePropagation", "WorkItem"]
+
+ItemState = Literal["ready", "delayed", "in_flight", "dead"]
+"""Where a work item is (``DistributedWorkQueue.status(id)``): waiting (``ready``), out of sight
+until its time (``delayed``), claimed by a consumer (``in_flight``, an orphan of a dead consumer
+included) or dead-lettered (``dead``)."""
 
 
 @runtime_checkable

@@ -84,6 +84,7 @@ Example::
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, overload
 
@@ -92,7 +93,6 @@ from .._core.shield import abort_guard
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.txn import AnyOp
 from .._core.validate import check_delay, check_int_range, check_timeout
-from .._recipe.recipe import Recipe
 from .._recipe.waiting import Interrupts
 from ..codecs import Codec, ValueT, as_codec
 from ..errors import (
@@ -102,16 +102,17 @@ from ..errors import (
 )
 from ..events import LeaseEvent, LeaseExpired, LeaseRestored, LeaseResumed
 from ._batch import MAX_BATCH, Settling, settle_many
+from ._bounded import admit
 from ._claims import Claimer
 from ._consumer import RECEIVE_CALL, ConsumerLease
 from ._horizon import millis_bound, shared_horizon
-from ._layout import HeadReader, WorkKeys, check_id, item_name
+from ._items import ItemControl
+from ._layout import HeadReader, WorkKeys, item_name
 from ._metering import Metered, batch_size, check_propagation, report_lease_loss
 from ._produce import check_batch, create, encode
 from ._receive import Receiver
 from ._sweep import Sweeps
 from .config import WorkQueueConfig, _check_config
-from .dead_letters import DeadLetter, _list_dead, _purge_dead, _requeue_dead
 from .item import TracePropagation, WorkItem
 
 if TYPE_CHECKING:
@@ -126,7 +127,7 @@ _PREFETCH_TTL = 0.5  # seconds a snapshot read by a claim may start the next rec
 _DEAD = "it was moved to the dead letters (reason 'undecodable', raw bytes kept)"
 
 
-class DistributedWorkQueue(Recipe, Generic[ValueT]):
+class DistributedWorkQueue(ItemControl[ValueT], Generic[ValueT]):
     """An at-least-once work queue with visibility timeout, dead letters and delayed delivery.
 
     Values are ``bytes`` (``str`` is accepted and UTF-8 encoded); pass ``codec=`` to carry any
@@ -225,8 +226,63 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         wait = check_delay(delay)
         with Metered(self._meter, "enqueue", self.path) as op:
             writes = self._keys.writes([data], op.inject(self._trace), delay=wait)
-            keys = await create(self._client, *writes)
+            keys = await self._write(*writes, deadline=None)
+        assert keys is not None
         return item_name(keys[0].encode())
+
+    @overload
+    async def try_enqueue(
+        self: DistributedWorkQueue[bytes], value: bytes | str, delay: float | None = None
+    ) -> str | None: ...
+    @overload
+    async def try_enqueue(self, value: ValueT, delay: float | None = None) -> str | None: ...
+    async def try_enqueue(self, value: Any, delay: float | None = None) -> str | None:
+        """Add ``value`` if the queue has room (``max_items``), returning its id; ``None`` at
+        once, with nothing written, when it is full. Without ``max_items`` it is
+        :meth:`enqueue`.
+
+        Example::
+
+            from etcd_recipes import DistributedWorkQueue, WorkQueueConfig
+
+            config = WorkQueueConfig(max_items=2)
+            async with DistributedWorkQueue(client, f"{prefix}/jobs", config) as queue:
+                assert await queue.try_enqueue(b"a") is not None
+                assert await queue.try_enqueue(b"b") is not None
+                assert await queue.try_enqueue(b"c") is None    # full: nothing written
+                await (await queue.receive()).ack()             # room for one more
+                assert await queue.try_enqueue(b"c") is not None
+        """
+        self._check_open()
+        data = encode(self.codec, value)
+        wait = check_delay(delay)
+        with Metered(self._meter, "enqueue", self.path) as op:
+            writes = self._keys.writes([data], op.inject(self._trace), delay=wait)
+            keys = await self._write(*writes, deadline=time.monotonic())
+            if keys is None:
+                op.outcome = "full"
+                return None
+        return item_name(keys[0].encode())
+
+    async def _write(
+        self, make_keys: Callable[[], list[str]], values: list[bytes], *, deadline: float | None
+    ) -> list[str] | None:
+        """Create the keys, through the bound when the queue has one (``None``: full by the
+        deadline)."""
+        limit = self.config.max_items
+        if limit is None:
+            return await create(self._client, make_keys, values)
+        count = len(values) // 2 if self._trace else len(values)  # trace contexts: no items
+        return await admit(
+            self._client,
+            self._keys,
+            limit,
+            make_keys,
+            values,
+            items=count,
+            deadline=deadline,
+            on_recovery=self._on_recovery_event,
+        )
 
     @overload
     async def enqueue_all(
@@ -252,7 +308,8 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
             return []
         with Metered(self._meter, "enqueue", self.path, **batch_size(len(data))) as op:
             writes = self._keys.writes(data, op.inject(self._trace), batch=len(data))
-            keys = await create(self._client, *writes)
+            keys = await self._write(*writes, deadline=None)
+        assert keys is not None
         return [item_name(k.encode()) for k in keys[: len(data)]]
 
     # ------------------------------------------------------------------ consuming
@@ -375,21 +432,6 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
         except RecipeClosedError:
             raise StopAsyncIteration from None
 
-    async def size(self) -> int:
-        """How many items wait to be received (not delayed, in flight or dead): one count read,
-        advisory.
-
-        Example::
-
-            from etcd_recipes import DistributedWorkQueue
-
-            queue = DistributedWorkQueue(client, f"{prefix}/jobs")
-            await queue.enqueue(b"job")
-            print("backlog:", await queue.size())            # backlog: 1
-        """
-        self._check_open()
-        return await self._client.count(self._keys.items)
-
     @property
     def lease_id(self) -> int:
         """The consumer lease's id (0 before the first claim, while healing, and after close)."""
@@ -426,58 +468,6 @@ class DistributedWorkQueue(Recipe, Generic[ValueT]):
                 print(queue.lease_events().buffered)  # 0: no claim yet, no consumer lease
         """
         return self._lease_events.stream(maxsize)
-
-    # ------------------------------------------------------------------ dead letters
-
-    async def dead_letters(self) -> list[DeadLetter[ValueT]]:
-        """The dead-lettered items, oldest id first, with their reasons (one read): orphans
-        of their last allowed delivery, items a worker gave up on, undecodable payloads.
-
-        Example::
-
-            from etcd_recipes import DistributedWorkQueue
-
-            async with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
-                await queue.enqueue(b"poison")
-                await (await queue.receive()).dead_letter("cannot parse")
-                for dead in await queue.dead_letters():
-                    print(f"{dead.id} after {dead.attempts} attempt(s): {dead.reason}")
-        """
-        self._check_open()
-        return await _list_dead(self._client, self._keys, self.codec)
-
-    async def requeue_dead_letter(self, item_id: str) -> bool:
-        """Put a dead letter back in the queue (at its original place) with a fresh attempt
-        count; ``False`` if there is no such dead letter.
-
-        Example::
-
-            from etcd_recipes import DistributedWorkQueue
-
-            async with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
-                item_id = await queue.enqueue(b"poison")
-                await (await queue.receive()).dead_letter("bug #12")
-                assert await queue.requeue_dead_letter(item_id) is True  # fixed: replay it
-                assert (await queue.receive()).attempt == 1             # a fresh count
-                assert await queue.requeue_dead_letter(item_id) is False
-        """
-        self._check_open()
-        return await _requeue_dead(self._client, self._keys, check_id(item_id))
-
-    async def purge_dead_letter(self, item_id: str) -> bool:
-        """Delete a dead letter for good; ``False`` if there is no such dead letter.
-
-        Example::
-
-            from etcd_recipes import DistributedWorkQueue
-
-            async with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
-                for dead in await queue.dead_letters():
-                    await queue.purge_dead_letter(dead.id)
-                assert await queue.purge_dead_letter("0001700000000000-abc") is False
-        """
-        self._check_open()
-        return await _purge_dead(self._client, self._keys, check_id(item_id))
 
     # ------------------------------------------------------------------ receive internals
 

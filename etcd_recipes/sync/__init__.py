@@ -173,6 +173,7 @@ from etcd_recipes.locks.hold import LockParticipant
 from etcd_recipes.metrics import NOOP_METRICS, EtcdMetrics, MetricsSpan
 from etcd_recipes.queues.config import WorkQueueConfig
 from etcd_recipes.queues.dead_letters import DeadLetter
+from etcd_recipes.queues.item import ItemState
 from etcd_recipes.queues.priority import MAX_PRIORITY, InvalidPriorityError
 from etcd_recipes.resilience import (
     Bounded,
@@ -310,6 +311,7 @@ __all__ = [
     "InvalidEndpointError",
     "InvalidPathError",
     "InvalidPriorityError",
+    "ItemState",
     "JSON",
     "JsonCodec",
     "KeyValue",

@@ -14,7 +14,7 @@ from etcd_recipes.events import LeaseEvent
 from etcd_recipes.queues import work as _async
 from etcd_recipes.queues.config import WorkQueueConfig
 from etcd_recipes.queues.dead_letters import DeadLetter
-from etcd_recipes.queues.item import TracePropagation
+from etcd_recipes.queues.item import ItemState, TracePropagation
 from etcd_recipes.sync._recipe.recipe import Recipe
 from etcd_recipes.sync._runtime.twin import check_twin
 
@@ -100,6 +100,31 @@ class DistributedWorkQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedWo
             queue.close()                    # the unacknowledged item goes back
         """
         return self._rt.call(self._a.enqueue, value, delay)
+
+    @overload
+    def try_enqueue(
+        self: DistributedWorkQueue[bytes], value: bytes | str, delay: float | None = None
+    ) -> str | None: ...
+    @overload
+    def try_enqueue(self, value: ValueT, delay: float | None = None) -> str | None: ...
+    def try_enqueue(self, value: Any, delay: float | None = None) -> str | None:
+        """Add ``value`` if the queue has room (``max_items``), returning its id; ``None`` at
+        once, with nothing written, when it is full. Without ``max_items`` it is
+        :meth:`enqueue`.
+
+        Example::
+
+            from etcd_recipes.sync import DistributedWorkQueue, WorkQueueConfig
+
+            config = WorkQueueConfig(max_items=2)
+            with DistributedWorkQueue(client, f"{prefix}/jobs", config) as queue:
+                assert queue.try_enqueue(b"a") is not None
+                assert queue.try_enqueue(b"b") is not None
+                assert queue.try_enqueue(b"c") is None    # full: nothing written
+                (queue.receive()).ack()             # room for one more
+                assert queue.try_enqueue(b"c") is not None
+        """
+        return self._rt.call(self._a.try_enqueue, value, delay)
 
     @overload
     def enqueue_all(
@@ -213,20 +238,6 @@ class DistributedWorkQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedWo
         result: WorkItem[ValueT] = self._twin(value)
         return result
 
-    def size(self) -> int:
-        """How many items wait to be received (not delayed, in flight or dead): one count read,
-        advisory.
-
-        Example::
-
-            from etcd_recipes.sync import DistributedWorkQueue
-
-            queue = DistributedWorkQueue(client, f"{prefix}/jobs")
-            queue.enqueue(b"job")
-            print("backlog:", queue.size())            # backlog: 1
-        """
-        return self._rt.call(self._a.size)
-
     @property
     def lease_id(self) -> int:
         """The consumer lease's id (0 before the first claim, while healing, and after close)."""
@@ -265,6 +276,30 @@ class DistributedWorkQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedWo
         value = self._rt.call_sync(self._a.lease_events, maxsize)
         result: EventStream[LeaseEvent] = self._twin(value)
         return result
+
+    @property
+    def config(self) -> WorkQueueConfig:
+        """The queue's settings."""
+        return self._rt.call_sync(lambda: self._a.config)
+
+    @property
+    def codec(self) -> Codec[ValueT] | None:
+        """The value codec (``None``: raw bytes, ``str`` accepted and UTF-8 encoded)."""
+        return self._rt.call_sync(lambda: self._a.codec)
+
+    def size(self) -> int:
+        """How many items wait to be received (not delayed, in flight or dead): one count read,
+        advisory.
+
+        Example::
+
+            from etcd_recipes.sync import DistributedWorkQueue
+
+            queue = DistributedWorkQueue(client, f"{prefix}/jobs")
+            queue.enqueue(b"job")
+            print("backlog:", queue.size())            # backlog: 1
+        """
+        return self._rt.call(self._a.size)
 
     def dead_letters(self) -> list[DeadLetter[ValueT]]:
         """The dead-lettered items, oldest id first, with their reasons (one read): orphans
@@ -313,12 +348,41 @@ class DistributedWorkQueue(Recipe, Generic[ValueT], twin_of=_async.DistributedWo
         """
         return self._rt.call(self._a.purge_dead_letter, item_id)
 
-    @property
-    def config(self) -> WorkQueueConfig:
-        """The queue's settings."""
-        return self._rt.call_sync(lambda: self._a.config)
+    def status(self, item_id: str) -> ItemState | None:
+        """Where the item ``item_id`` is (see :data:`ItemState`), or ``None`` when the queue
+        does not hold it (acknowledged, cancelled, purged, or never enqueued); advisory.
 
-    @property
-    def codec(self) -> Codec[ValueT] | None:
-        """The value codec (``None``: raw bytes, ``str`` accepted and UTF-8 encoded)."""
-        return self._rt.call_sync(lambda: self._a.codec)
+        Example::
+
+            from etcd_recipes.sync import DistributedWorkQueue
+
+            with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
+                item_id = queue.enqueue(b"job")
+                assert queue.status(item_id) == "ready"
+                item = queue.receive()
+                assert queue.status(item_id) == "in_flight"
+                item.ack()
+                assert queue.status(item_id) is None
+        """
+        return self._rt.call(self._a.status, item_id)
+
+    def cancel(self, item_id: str) -> bool:
+        """Remove the waiting item ``item_id`` (ready or delayed) for good; ``False`` when it
+        is not waiting -- in flight (a consumer claimed it first: it may still be acked or
+        come back), dead-lettered (see :meth:`purge_dead_letter`) or unknown. One
+        transaction, guarded on the item's key: it never races a claim.
+
+        Example::
+
+            from etcd_recipes.sync import DistributedWorkQueue
+
+            with DistributedWorkQueue(client, f"{prefix}/jobs") as queue:
+                item_id = queue.enqueue(b"report", delay=3600)
+                assert queue.cancel(item_id) is True      # gone before it matured
+                assert queue.cancel(item_id) is False     # nothing left to cancel
+                other = queue.enqueue(b"job")
+                item = queue.receive()
+                assert queue.cancel(other) is False       # in flight: not cancelled
+                item.ack()
+        """
+        return self._rt.call(self._a.cancel, item_id)
