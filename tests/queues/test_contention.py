@@ -32,7 +32,13 @@ _CONSUMERS = textwrap.dedent(
         return 2.5 if taken else 30.0
 
     async def consume(client, path, kind, taken):
-        if kind == "work":
+        if kind == "work-batch":
+            config = WorkQueueConfig(visibility_timeout=10, sweep_interval=1)
+            async with DistributedWorkQueue(client, path, config) as queue:
+                while batch := await queue.receive_many(8, timeout=idle(taken)):
+                    acked = await queue.ack_many(batch)
+                    taken += [[i.value.decode(), i.attempt, ok] for i, ok in zip(batch, acked)]
+        elif kind.startswith("work"):
             config = WorkQueueConfig(visibility_timeout=10, sweep_interval=1)
             async with DistributedWorkQueue(client, path, config) as queue:
                 while (item := await queue.receive(timeout=idle(taken))) is not None:
@@ -59,7 +65,7 @@ _CONSUMERS = textwrap.dedent(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["fifo", "priority", "work"])
+@pytest.mark.parametrize("kind", ["fifo", "priority", "work", "work-batch", "work-bounded"])
 async def test_exactly_one_consumer_wins_each_item(etcd_server, etcd_client, etcd_prefix, kind):
     path = etcd_prefix + "q"
     procs = [
@@ -82,9 +88,15 @@ async def test_exactly_one_consumer_wins_each_item(etcd_server, etcd_client, etc
         elif kind == "priority":
             pq = [DistributedPriorityQueue(etcd_client, path) for _ in range(3)]
             await asyncio.gather(*(pq[i % 3].enqueue(v, i % 4) for i, v in enumerate(values)))
-        else:
-            wq = DistributedWorkQueue(etcd_client, path, WorkQueueConfig(visibility_timeout=10))
-            await asyncio.gather(wq.enqueue_all(values[:60]), *(wq.enqueue(v) for v in values[60:]))
+        else:  # bounded: producers wait for the consumers to make room (20 waiting at most)
+            bound = 20 if kind == "work-bounded" else None
+            config = WorkQueueConfig(visibility_timeout=10, max_items=bound)
+            wq = [DistributedWorkQueue(etcd_client, path, config) for _ in range(3)]
+            await asyncio.gather(
+                wq[0].enqueue_all(values[:16]),
+                wq[0].enqueue_all(values[16:32]),
+                *(wq[i % 3].enqueue(v) for i, v in enumerate(values[32:])),
+            )
         results = [await asyncio.to_thread(finish, proc, 60) for proc in procs]
     finally:
         for proc in procs:
@@ -96,5 +108,9 @@ async def test_exactly_one_consumer_wins_each_item(etcd_server, etcd_client, etc
     assert got == values  # every item exactly once: none lost, none taken twice
     assert all(attempt == 1 and acked for _, attempt, acked in taken)
     assert all(result for result in results)  # both processes took part
-    assert await keys(etcd_client, path + "/") == []  # no leftover claim or marker
+    # No leftover claim or marker (a bounded queue keeps its admission key, as the priority
+    # queue keeps its guards).
+    assert await keys(etcd_client, path + "/") == (
+        [f"{path}/admission"] if kind == "work-bounded" else []
+    )
     await etcd_client.delete("__" + etcd_prefix, prefix=True)
