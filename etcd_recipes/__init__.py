@@ -144,6 +144,7 @@ from .errors import (
     RetriesExhaustedError,
     SemaphorePermitMismatchError,
     ServiceInstanceNotFoundError,
+    StmConflictError,
     TimeoutRetriesExhaustedError,
     TlsHandshakeError,
     TooManyOperationsError,
@@ -190,6 +191,7 @@ from .resilience import (
     RpcResilience,
     WatchResilience,
 )
+from .stm.stm import STM, Isolation, run_stm
 from .types import (
     Alarm,
     DeleteResult,
@@ -360,6 +362,10 @@ __all__ = [
     "StartMode",
     "Status",
     "StickyStrategy",
+    "STM",
+    "StmConflictError",
+    "Isolation",
+    "run_stm",
     "StrCodec",
     "TimeoutRetriesExhaustedError",
     "TlsHandshakeError",

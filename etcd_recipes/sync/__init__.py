@@ -146,6 +146,7 @@ from etcd_recipes.errors import (
     RetriesExhaustedError,
     SemaphorePermitMismatchError,
     ServiceInstanceNotFoundError,
+    StmConflictError,
     TimeoutRetriesExhaustedError,
     TlsHandshakeError,
     TooManyOperationsError,
@@ -184,6 +185,7 @@ from etcd_recipes.resilience import (
     RpcResilience,
     WatchResilience,
 )
+from etcd_recipes.stm.stm import Isolation
 from etcd_recipes.sync._core.streams import EventStream
 from etcd_recipes.sync._recipe.recipe import Recipe
 from etcd_recipes.sync._runtime.calls import fail_after
@@ -223,6 +225,7 @@ from etcd_recipes.sync.queues.fifo import DistributedQueue
 from etcd_recipes.sync.queues.item import WorkItem
 from etcd_recipes.sync.queues.priority import DistributedPriorityQueue
 from etcd_recipes.sync.queues.work import DistributedWorkQueue
+from etcd_recipes.sync.stm.stm import STM, run_stm
 from etcd_recipes.types import (
     Alarm,
     DeleteResult,
@@ -310,6 +313,7 @@ __all__ = [
     "InvalidEndpointError",
     "InvalidPathError",
     "InvalidPriorityError",
+    "Isolation",
     "JSON",
     "JsonCodec",
     "KeyValue",
@@ -376,6 +380,7 @@ __all__ = [
     "RetryPolicy",
     "RoundRobinStrategy",
     "RpcResilience",
+    "STM",
     "SelfHealingLease",
     "SemaphorePermitMismatchError",
     "ServiceCache",
@@ -390,6 +395,7 @@ __all__ = [
     "StartMode",
     "Status",
     "StickyStrategy",
+    "StmConflictError",
     "StrCodec",
     "TimeoutRetriesExhaustedError",
     "TlsHandshakeError",
@@ -428,6 +434,7 @@ __all__ = [
     "get_participants",
     "leadership_events",
     "naming_registration",
+    "run_stm",
     "server_lock",
     "server_unlock",
     "state_after",
