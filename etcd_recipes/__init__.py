@@ -170,6 +170,7 @@ from .events import (
 )
 from .keyvalue import TransientKeyValue
 from .locks.hold import LockHold, LockParticipant
+from .locks.multi import DistributedMultiLock
 from .locks.mutex import DistributedMutex
 from .locks.rwlock import DistributedReadWriteLock, ReadWriteLockView
 from .locks.semaphore import DistributedSemaphore
@@ -253,6 +254,7 @@ __all__ = [
     "DistributedBarrier",
     "DistributedBarrierWithCount",
     "DistributedDoubleBarrier",
+    "DistributedMultiLock",
     "DistributedMutex",
     "DistributedPriorityQueue",
     "DistributedQueue",

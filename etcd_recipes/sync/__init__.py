@@ -217,6 +217,7 @@ from etcd_recipes.sync.election.server import (
 from etcd_recipes.sync.election.terms import get_participants
 from etcd_recipes.sync.keyvalue import TransientKeyValue
 from etcd_recipes.sync.locks.hold import LockHold
+from etcd_recipes.sync.locks.multi import DistributedMultiLock
 from etcd_recipes.sync.locks.mutex import DistributedMutex
 from etcd_recipes.sync.locks.rwlock import DistributedReadWriteLock, ReadWriteLockView
 from etcd_recipes.sync.locks.semaphore import DistributedSemaphore
@@ -278,6 +279,7 @@ __all__ = [
     "DistributedBarrier",
     "DistributedBarrierWithCount",
     "DistributedDoubleBarrier",
+    "DistributedMultiLock",
     "DistributedMutex",
     "DistributedPriorityQueue",
     "DistributedQueue",
