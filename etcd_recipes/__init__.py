@@ -172,6 +172,7 @@ from .keyvalue import TransientKeyValue
 from .locks.hold import LockHold, LockParticipant
 from .locks.multi import DistributedMultiLock
 from .locks.mutex import DistributedMutex
+from .locks.revocation import request_revoke
 from .locks.rwlock import DistributedReadWriteLock, ReadWriteLockView
 from .locks.semaphore import DistributedSemaphore
 from .locks.server import server_lock, server_unlock
@@ -404,6 +405,7 @@ __all__ = [
     "get_participants",
     "leadership_events",
     "naming_registration",
+    "request_revoke",
     "server_lock",
     "server_unlock",
     "state_after",

@@ -219,6 +219,7 @@ from etcd_recipes.sync.keyvalue import TransientKeyValue
 from etcd_recipes.sync.locks.hold import LockHold
 from etcd_recipes.sync.locks.multi import DistributedMultiLock
 from etcd_recipes.sync.locks.mutex import DistributedMutex
+from etcd_recipes.sync.locks.revocation import request_revoke
 from etcd_recipes.sync.locks.rwlock import DistributedReadWriteLock, ReadWriteLockView
 from etcd_recipes.sync.locks.semaphore import DistributedSemaphore
 from etcd_recipes.sync.locks.server import server_lock, server_unlock
@@ -436,6 +437,7 @@ __all__ = [
     "get_participants",
     "leadership_events",
     "naming_registration",
+    "request_revoke",
     "run_stm",
     "server_lock",
     "server_unlock",
