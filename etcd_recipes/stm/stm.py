@@ -31,7 +31,7 @@ DEFAULT_MAX_RETRIES = 100
 _MAX_PAUSE = 0.05  # seconds: the longest random pause between two attempts
 
 
-class Isolation(str, enum.Enum):
+class Isolation(enum.Enum):
     """The isolation level of a run -- Go's ``concurrency.Isolation``, with its semantics.
 
     * ``SERIALIZABLE_SNAPSHOT`` (the default): every read comes from one snapshot, the store
@@ -267,8 +267,8 @@ class STM:
 
             print(await STM(client).run(read))  # b'mine'
         """
-        self._check_running()
         k = key_bytes(key)
+        self._check_running()
         write = self._writes.get(k)
         if write is not None:
             return write.value if isinstance(write, PutOp) else None  # None: it deleted it
@@ -278,8 +278,9 @@ class STM:
     async def rev(self, key: bytes | str) -> int:
         """The mod revision of the key as the run read it (0 when it does not exist); reads
         it if the run has not yet (a run's own writes have no revision yet)."""
+        k = key_bytes(key)
         self._check_running()
-        read = await self._fetch(key_bytes(key))
+        read = await self._fetch(k)
         return read.kv.mod_revision if read.kv is not None else 0
 
     # ---------------------------------------------------------------- writes
@@ -287,15 +288,15 @@ class STM:
     def put(self, key: bytes | str, value: bytes | str, *, lease: int = 0) -> None:
         """Buffer a write of ``value`` (``str`` is UTF-8), optionally on ``lease``; it is
         committed with the run's other writes, or not at all."""
+        op = Op.put(key, value, lease=lease)  # bad input is reported first, in any state
         self._check_running()
-        op = Op.put(key, value, lease=lease)
         self._writes.pop(op.key, None)  # the last write of a key is committed, in order
         self._writes[op.key] = op
 
     def delete(self, key: bytes | str) -> None:
         """Buffer the deletion of ``key``; committed with the run's other writes."""
-        self._check_running()
         op = Op.delete(key)
+        self._check_running()
         self._writes.pop(op.key, None)
         self._writes[op.key] = op
 
