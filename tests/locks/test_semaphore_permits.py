@@ -183,3 +183,32 @@ def test_blocking_facade_takes_several_permits(etcd_server, etcd_prefix):
             assert permit.fencing_token > 0 and semaphore.held_permits == 2
         assert client.get_prefix(path + "/holders/").kvs == []
         semaphore.close()
+
+
+@pytest.mark.slow
+async def test_waiter_for_several_permits_survives_restart_and_compaction(
+    fresh_etcd_server, etcd_prefix
+):
+    from etcd_recipes import connect
+
+    path = etcd_prefix + "s"
+    kwargs = fresh_etcd_server.client_kwargs()
+    async with connect(**kwargs) as mine, connect(**kwargs) as theirs:
+        holder = DistributedSemaphore(theirs, path, permits=3, lease_ttl=10)
+        waiter = DistributedSemaphore(mine, path, permits=3, lease_ttl=10)
+        assert await holder.acquire(permits=2)
+        pending = asyncio.create_task(waiter.acquire(timeout=30, permits=2))
+        await queued(mine, path + "/holders/", 4)
+        fresh_etcd_server.kill()
+        await asyncio.sleep(0.3)
+        fresh_etcd_server.restart()
+        assert await holder.release()  # the waiter's watch may not see this delete live ...
+        for i in range(3):
+            rev = (await theirs.put(f"{etcd_prefix}noise/{i}", b"x")).revision
+        await theirs.compact(rev)  # ... and its history is gone: the probe finds it
+        assert await asyncio.wait_for(pending, 20) is True
+        assert waiter.held_permits == 2
+        assert await waiter.release()
+        assert await keys(mine, path + "/holders/") == []
+        await holder.aclose()
+        await waiter.aclose()
