@@ -177,6 +177,26 @@ async def test_losing_one_path_cancels_the_body_and_releases_the_rest(etcd_clien
     await multi.aclose()
 
 
+async def test_lease_loss_is_reported_like_a_mutex(etcd_client, etcd_prefix):
+    a, b = etcd_prefix + "a", etcd_prefix + "b"
+    multi = DistributedMultiLock(etcd_client, [a, b])
+    heard: list[BaseException | None] = []
+    multi.add_lock_lost_listener(heard.append)
+    assert await multi.acquire()
+    leases = {multi.hold(p).lease_id for p in (a, b)}
+    for lease in leases:
+        await etcd_client.lease_revoke(lease)  # out of band
+    for _ in range(100):
+        if not multi.is_held and len(heard) == 2:
+            break
+        await asyncio.sleep(0.05)
+    assert not multi.is_held and len(heard) == 2  # once per path
+    assert multi.connection_state is ConnectionState.LOST
+    assert await multi.release() is False  # the holds had been lost
+    assert await keys(etcd_client, etcd_prefix) == []
+    await multi.aclose()
+
+
 @pytest.mark.slow
 async def test_waiting_multi_lock_survives_a_server_restart(fresh_etcd_server, etcd_prefix):
     a, b = etcd_prefix + "a", etcd_prefix + "b"
