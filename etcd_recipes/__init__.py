@@ -144,6 +144,7 @@ from .errors import (
     RetriesExhaustedError,
     SemaphorePermitMismatchError,
     ServiceInstanceNotFoundError,
+    StmConflictError,
     TimeoutRetriesExhaustedError,
     TlsHandshakeError,
     TooManyOperationsError,
@@ -169,7 +170,9 @@ from .events import (
 )
 from .keyvalue import TransientKeyValue
 from .locks.hold import LockHold, LockParticipant
+from .locks.multi import DistributedMultiLock
 from .locks.mutex import DistributedMutex
+from .locks.revocation import request_revoke
 from .locks.rwlock import DistributedReadWriteLock, ReadWriteLockView
 from .locks.semaphore import DistributedSemaphore
 from .locks.server import server_lock, server_unlock
@@ -190,6 +193,7 @@ from .resilience import (
     RpcResilience,
     WatchResilience,
 )
+from .stm.stm import STM, Isolation, run_stm
 from .types import (
     Alarm,
     DeleteResult,
@@ -251,6 +255,7 @@ __all__ = [
     "DistributedBarrier",
     "DistributedBarrierWithCount",
     "DistributedDoubleBarrier",
+    "DistributedMultiLock",
     "DistributedMutex",
     "DistributedPriorityQueue",
     "DistributedQueue",
@@ -361,6 +366,10 @@ __all__ = [
     "StartMode",
     "Status",
     "StickyStrategy",
+    "STM",
+    "StmConflictError",
+    "Isolation",
+    "run_stm",
     "StrCodec",
     "TimeoutRetriesExhaustedError",
     "TlsHandshakeError",
@@ -397,6 +406,7 @@ __all__ = [
     "get_participants",
     "leadership_events",
     "naming_registration",
+    "request_revoke",
     "server_lock",
     "server_unlock",
     "state_after",

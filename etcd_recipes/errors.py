@@ -18,6 +18,7 @@ Cancellation is never wrapped: a cancelled call re-raises the caller's own cance
 from __future__ import annotations
 
 __all__ = [
+    "StmConflictError",
     "DuplicateParticipantError",
     "SemaphorePermitMismatchError",
     "LockUpgradeError",
@@ -161,6 +162,27 @@ class TimeoutRetriesExhaustedError(RetriesExhaustedError, EtcdTimeoutError):
     """A call to etcd was retried until its policy gave up, and the last attempt timed out (a
     hung or overloaded server). Also an :class:`EtcdTimeoutError` and a :class:`TimeoutError`,
     like the single attempt it would be without retries."""
+
+
+class StmConflictError(RetriesExhaustedError):
+    """A software transaction (:func:`~etcd_recipes.run_stm`, :class:`~etcd_recipes.STM`)
+    still conflicted after ``max_retries`` retries: nothing it wrote was committed.
+    ``attempts`` is how many times ``apply`` ran.
+
+    Example::
+
+        from etcd_recipes import StmConflictError, run_stm
+
+        async def always_conflicts(stm):
+            await stm.get(f"{prefix}/hot")
+            await client.put(f"{prefix}/hot", b"changed under the run")
+            stm.put(f"{prefix}/result", b"never committed")
+
+        try:
+            await run_stm(client, always_conflicts, max_retries=2)
+        except StmConflictError as exc:
+            print(exc.attempts)  # 3
+    """
 
 
 class AuthenticationError(EtcdRecipeError):

@@ -166,6 +166,10 @@ async def _take(term: Any) -> None:
     return None
 
 
+async def _apply(stm: Any) -> None:
+    return None
+
+
 def _good(env: Env, name: str, owner: str, sync: bool) -> Any:
     """A valid value for a required parameter (``KeyError``: the walk cannot call it)."""
     if name in ("client",):
@@ -214,6 +218,10 @@ def _good(env: Env, name: str, owner: str, sync: bool) -> Any:
         return env.endpoints
     if name == "leader":
         return etcd_recipes.ElectionLeaderKey(b"/e", b"/e/1", 1, env.lease_id)
+    if name == "paths":
+        return [env.path(), env.path()]
+    if name == "apply":
+        return (lambda stm: None) if sync else _apply
     raise KeyError(name)
 
 

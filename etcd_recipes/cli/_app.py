@@ -182,6 +182,16 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+def command_group(name: str) -> typer.Typer:
+    """The sub-command group registered as ``name`` (``"lock"``), for a module that adds a
+    command to a group another module defines (``_revoke`` adds ``lock revoke``)."""
+    for info in app.registered_groups:
+        if info.name == name and info.typer_instance is not None:
+            return info.typer_instance
+    raise LookupError(f"no command group {name!r} is registered (yet)")
+
+
 _err = Console(stderr=True, highlight=False)
 
 

@@ -1,4 +1,5 @@
-"""Locks: :class:`DistributedMutex`, :class:`DistributedReadWriteLock`, fencing, and
+"""Locks: :class:`DistributedMutex`, :class:`DistributedReadWriteLock`,
+:class:`DistributedMultiLock` (several mutexes all or nothing, see :mod:`.multi`), fencing, and
 pass-throughs to etcd's own lock service (:func:`server_lock` / :func:`server_unlock`).
 
 :Status: Beta

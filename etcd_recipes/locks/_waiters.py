@@ -56,9 +56,9 @@ async def _read_queue(
     )
     kvs = list(found.kvs)
     own_key = key.encode()
-    own = None
-    if kvs and kvs[0].key == own_key and kvs[0].create_revision == mine:
-        own = kvs.pop(0)
+    # Our key, among the keys created at our revision (a semaphore acquisition of several
+    # permits creates them in one transaction).
+    own = next((kv for kv in kvs if kv.create_revision == mine and kv.key == own_key), None)
     earlier = [kv for kv in kvs if kv.create_revision < mine]
     return _Queue(earlier[:limit] if limit else earlier, own, found.revision)
 

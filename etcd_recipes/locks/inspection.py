@@ -12,7 +12,8 @@ and ``<path>/holders/``, one key per acquisition, waiters included -- see
 
 Guaranteed: one read transaction (permit count and holder keys at one revision); nothing is
 written and no lease is taken; holders and waiters are told apart by the semaphore's own rule
-(the first ``permits`` keys by create revision hold a permit).
+(keys by create revision, the keys of one acquisition of several permits together, hold a
+permit while they fit in ``permits``).
 
 Not guaranteed: the answer is stale once returned (advisory); a waiter that is being admitted
 right now may still show as a waiter.
@@ -40,6 +41,7 @@ from ..client import check_client
 from ..codecs import INT32
 from ..errors import CodecError, InvalidArgumentError
 from ..types import RangeResult, SortOrder, SortTarget
+from ._permits import _admitted
 from .hold import LockParticipant
 from .mutex import DistributedMutex
 from .semaphore import DistributedSemaphore
@@ -187,15 +189,11 @@ async def semaphore_state(client: EtcdClient, path: str) -> SemaphoreState | Non
                 f"{path} is not a semaphore: {permits_key} holds {count.kvs[0].value[:16]!r}, "
                 "not a 4-byte permit count"
             ) from None
+    # One acquisition of n permits is n keys at one create revision, admitted together.
+    admitted = _admitted(keys.kvs, permits) if permits is not None else [False] * len(keys.kvs)
     line = [
-        LockParticipant(
-            kv.key,
-            kv.lease,
-            kv.create_revision,
-            permits is not None and rank < permits,
-            kv.value,
-        )
-        for rank, kv in enumerate(keys.kvs)
+        LockParticipant(kv.key, kv.lease, kv.create_revision, holds, kv.value)
+        for kv, holds in zip(keys.kvs, admitted)
     ]
     return SemaphoreState(
         path,

@@ -6,17 +6,23 @@ the Kotlin library on the same path. What it guarantees and what it does not: se
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Self
 
+from .._core.caller import Caller
+from .._core.listeners import ListenerSet
 from .._core.validate import check_ttl
 from .._recipe.recipe import Recipe
 from ..errors import LeaseEventError
 from ..events import LeaseEvent, LeaseResumed, LeaseSuspended
 from ._base import _LockBase, _Queued
+from ._holds import _Held
 from ._line import _local_line
+from ._revoke import REVOKE_VALUE, _watch_for_revocation
 from ._session import _Session
 from ._waiters import _participants
 from .hold import DEFAULT_TTL, LockParticipant
@@ -24,7 +30,10 @@ from .hold import DEFAULT_TTL, LockParticipant
 if TYPE_CHECKING:
     from ..client import EtcdClient
 
-__all__ = ["DistributedMutex"]
+__all__ = ["DistributedMutex", "RevocationListener"]
+
+RevocationListener = Callable[[LockParticipant], Any]
+"""Called with the holder (its key, lease and fencing token) once a revocation is requested."""
 
 
 class DistributedMutex(_Queued, Recipe):
@@ -71,6 +80,8 @@ class DistributedMutex(_Queued, Recipe):
         session = _Session(client, self.lease_ttl, self.path, self._on_lease_event)
         line = _local_line(client, self.path)
         _LockBase.__init__(self, self, session, self.exception_context, line=line)
+        self._revocation_listeners = ListenerSet("revocation", self._record_listener_error)
+        self._revoked: weakref.WeakSet[_Held] = weakref.WeakSet()
 
     def _new_key(self, lease_id: int) -> tuple[str, bytes]:
         return f"{self._conflicts}{lease_id:x}", b""
@@ -128,6 +139,58 @@ class DistributedMutex(_Queued, Recipe):
 
     def __repr__(self) -> str:
         return f"<{self.exception_context} {self._describe()} {self.connection_state.value}>"
+
+    # ---------------------------------------------------------------- cooperative revocation
+
+    def add_revocation_listener(self, listener: RevocationListener) -> None:
+        """Make this mutex's later holds revocable (Curator's ``makeRevocable``): when
+        :func:`~etcd_recipes.locks.revocation.request_revoke` (or ``etcd-recipes lock
+        revoke``) asks the holder to give the lock back, ``listener(holder)`` is called once
+        for that hold, from a background task (the listener thread in the blocking facade).
+        Nothing is released: the holder decides when -- ``release()`` from the task that
+        holds it, or the end of its ``async with`` block. Register it **before** acquiring:
+        each hold acquired while a listener is registered watches its key for requests.
+
+        Example::
+
+            import asyncio
+
+            from etcd_recipes import DistributedMutex
+
+            mutex = DistributedMutex(client, f"{prefix}/lock")
+            asked = asyncio.Event()
+            mutex.add_revocation_listener(lambda holder: asked.set())
+            await mutex.aclose()
+        """
+        self._revocation_listeners.add(listener)
+
+    def remove_revocation_listener(self, listener: RevocationListener) -> None:
+        """Stop calling ``listener`` (holds acquired from now on are not watched for requests
+        once no listener is left)."""
+        self._revocation_listeners.remove(listener)
+
+    @property
+    def revocation_requested(self) -> bool:
+        """Whether a revocation was requested of the calling task's hold (see
+        :meth:`add_revocation_listener`); False when it holds none or was not asked."""
+        th = self._any()
+        return th is not None and th.held in self._revoked
+
+    def _adopt(self, task: Caller, held: _Held) -> None:
+        fresh = held.refs == 0
+        super()._adopt(task, held)
+        if fresh and len(self._revocation_listeners):
+
+            def asked() -> None:
+                self._revoked.add(held)
+                hold = held.hold
+                holder = LockParticipant(
+                    held.public.key, hold.lease.id, hold.fencing_token, True, REVOKE_VALUE
+                )
+                self._revocation_listeners.emit(holder)
+
+            watch = _watch_for_revocation(self._client, held, asked, self._on_recovery_event)
+            self._spawn(watch, "revocation")
 
     def _on_lease_event(self, event: LeaseEvent) -> None:
         if isinstance(event, LeaseSuspended):

@@ -11,15 +11,24 @@ Key layout (shared with the Kotlin library):
   value ``client_id``, on an acquisition lease from the client's pool (one not used on this
   path by another permit or waiter of this process; never re-granted under a permit). An
   acquisition is admitted when fewer than ``permits`` holder keys are older than its own (its
-  *rank*), so grants are FIFO by create revision.
+  *rank*), so grants are FIFO by create revision;
+* ``acquire(permits=n)`` -- **n permits are n holder keys** created in one transaction (one
+  create revision, one lease): ``<path>/holders/<client_id>:<7 chars>`` and the same name with
+  ``.2`` ... ``.n``. The acquisition is admitted when its rank plus ``n`` is at most
+  ``permits``, all its keys at once. Readers that count keys (``available_permits()``,
+  ``semaphore show``, the Kotlin library, earlier versions of this one) count it as ``n``,
+  so the limit holds across all of them.
 
 Guarantees:
 
 * never more than ``permits`` admitted holders at any revision: a key's rank only shrinks while
   it lives, and a waiter re-reads its rank *and its own key* before it claims a permit;
-* waiting is **herd-free**: only the first waiter watches the holders (for deletions); every
-  other waiter watches just its predecessor, which touches its own key (one extra write, same
-  create revision) when it is admitted after waiting. A release wakes one waiter;
+* waiting is **herd-free** for one-permit waiters: only the first waiter watches the holders
+  (for deletions); every other waiter watches just its predecessor, which touches its own key
+  (one extra write, same create revision) when it is admitted after waiting. A release wakes
+  one waiter -- and every waiter for several permits, which watches the holders' deletions;
+* all or nothing: an acquisition of ``n`` permits holds all of them or none, and it keeps its
+  place in line (a later one-permit waiter does not overtake it);
 * permits belong to the **instance**, not to a task: any task may ``release()`` (LIFO among the
   instance's permits, like ``java.util.concurrent.Semaphore``), and ``async with semaphore:`` /
   ``with_permit()`` release exactly the permit they took;
@@ -29,10 +38,14 @@ Guarantees:
   returned it returns False;
 * a cancelled or timed-out acquisition deletes its waiter key (and gives its lease back to the
   pool, which revokes it once idle) before the cancellation propagates;
-* every permit has a fencing token and a compare (:class:`~etcd_recipes.lock.LockHold`).
+* every acquisition has a fencing token and a compare (:class:`~etcd_recipes.lock.LockHold`,
+  on its first key).
 
-Not guaranteed: like every lease-based lock, a holder paused or partitioned past its TTL may
-still run while its permit is already someone else's -- fence writes with the permit's compare.
+Not guaranteed: the loss of an acquisition of several permits is watched on its first key
+and its lease: a ``.2`` ... ``.n`` key deleted out of band is not noticed (the permits it
+stood for are free for others meanwhile). Like every lease-based lock, a holder paused or
+partitioned past its TTL may still run while its permit is already someone else's -- fence
+writes with the permit's compare.
 ``available_permits()`` is advisory (waiters count as holders, as in the Kotlin library). A JVM
 waiter does not touch its key when admitted, so a Python waiter queued right behind it waits
 until it releases (correct, just later).
@@ -52,17 +65,13 @@ import anyio
 from typing_extensions import Self
 
 from .._core.caller import Caller
-from .._core.keys import append_to_path, random_token
+from .._core.keys import append_to_path
 from .._core.listeners import ListenerSet
 from .._core.logctx import library_logger
-from .._core.shield import abort_guard, settled
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.txn import Cmp, Op
-from .._core.validate import check_timeout, check_ttl
-from .._recipe.hold import Hold
+from .._core.validate import check_int_range, check_timeout, check_ttl
 from .._recipe.recipe import Recipe
-from .._recipe.waiting import wait_for_change
-from ..client.lease_pool import LeaseCheckout, PooledLease
 from ..codecs import INT32
 from ..errors import (
     InvalidArgumentError,
@@ -74,20 +83,9 @@ from ..errors import (
     SemaphorePermitMismatchError,
 )
 from ..events import LeaseEvent, LeaseExpired, LeaseResumed, LeaseSuspended
-from ..types import EventType, KeyValue, WatchEvent
 from ._holds import _Held, _lost_while_running, _scoped_body, metered_acquisition
-from ._session import (
-    _abandon,
-    _Busy,
-    _deadline_scope,
-    _leased_txn,
-    _monitor_soon,
-    _range,
-    _Requeue,
-    _Session,
-    _task,
-)
-from ._waiters import _participants, _read_queue, _wait_unless_lost
+from ._permits import _delete_group, _participants, _take
+from ._session import _Busy, _deadline_scope, _range, _Session, _task
 from .hold import DEFAULT_TTL, LockHold, LockParticipant
 
 if TYPE_CHECKING:
@@ -102,11 +100,25 @@ PermitLostListener = Callable[[BaseException | None], Any]
 
 
 class _Permit:
-    __slots__ = ("counted", "held")
+    """One acquisition: ``n`` permits, the hold of its lead key and its other keys."""
 
-    def __init__(self, held: _Held) -> None:
+    __slots__ = ("counted", "extras", "held", "n")
+
+    def __init__(self, held: _Held, extras: tuple[str, ...]) -> None:
         self.held = held
+        self.extras = extras
+        self.n = 1 + len(extras)
         self.counted = False  # counted in the dispossessed tally
+
+    async def release(self, client: EtcdClient) -> bool:
+        """Delete the other keys (if still ours), then release the lead key's hold."""
+        try:
+            await _delete_group(client, self.extras, self.held.hold.fencing_token)
+        except Exception as exc:  # they go with the lease (revoked once idle); not fatal here
+            log.warning("deleting the other keys of %d permits failed: %r", self.n, exc)
+        finally:
+            self.extras = ()
+        return await self.held.release()
 
 
 class DistributedSemaphore(Recipe):
@@ -166,7 +178,7 @@ class DistributedSemaphore(Recipe):
     @property
     def held_permits(self) -> int:
         """How many permits this instance holds now (lost ones excluded)."""
-        return sum(1 for p in (*self._stack, *self._scoped) if not p.held.hold.is_lost)
+        return sum(p.n for p in (*self._stack, *self._scoped) if not p.held.hold.is_lost)
 
     @property
     def hold(self) -> LockHold | None:
@@ -183,8 +195,9 @@ class DistributedSemaphore(Recipe):
         return max(0, self.permits - await self._client.count(self._holders))
 
     async def contenders(self) -> list[LockParticipant]:
-        """Every holder key, waiters included, in line order (one read, advisory): the first
-        ``permits`` of them hold a permit (``is_holder``); ``value`` is the owner's client id.
+        """Every holder key, waiters included, in line order (one read, advisory): one key per
+        permit (an acquisition of ``n`` permits has ``n`` keys, ``is_holder`` on all of them
+        or on none); ``value`` is the owner's client id.
 
         Example::
 
@@ -197,9 +210,7 @@ class DistributedSemaphore(Recipe):
             await semaphore.aclose()
         """
         self._check_open()
-        return await _participants(
-            self._client, self._holders, lambda rank, kv: rank < self.permits
-        )
+        return await _participants(self._client, self._holders, self.permits)
 
     async def holders(self) -> list[LockParticipant]:
         """The participants that hold a permit now (at most ``permits``); one read, advisory.
@@ -266,12 +277,17 @@ class DistributedSemaphore(Recipe):
 
     # ---------------------------------------------------------------- acquire / release
 
-    async def acquire(self, timeout: float | None = None) -> bool:
-        """Take a permit; False if ``timeout`` seconds pass first (nothing is left queued).
-        ``timeout=0`` tries once and does not wait.
+    async def acquire(self, timeout: float | None = None, *, permits: int = 1) -> bool:
+        """Take ``permits`` permits (all of them or none); False if ``timeout`` seconds pass
+        first (nothing is left queued). ``timeout=0`` tries once and does not wait.
 
-        The permit belongs to the instance: release it with :meth:`release`, from any task.
-        Raises :class:`SemaphorePermitMismatchError` on a count mismatch.
+        The permits belong to the instance: release them with :meth:`release`, from any task
+        (one ``release()`` returns all the permits of one acquisition). Several permits are as
+        many holder keys created in one transaction (see :mod:`etcd_recipes.locks.semaphore`);
+        the acquisition is FIFO with the one-permit ones. Raises
+        :class:`SemaphorePermitMismatchError` on a count mismatch and
+        :class:`~etcd_recipes.errors.InvalidArgumentError` for ``permits`` outside
+        ``1..self.permits``.
 
         Example::
 
@@ -285,14 +301,32 @@ class DistributedSemaphore(Recipe):
                     await semaphore.release()
             await semaphore.aclose()
         """
-        permit = await self._acquire_permit(timeout)
+        permit = await self._acquire_permit(timeout, permits)
         if permit is None:
             return False
         self._stack.append(permit)
         return True
 
+    async def try_acquire(self, *, permits: int = 1) -> bool:
+        """Take ``permits`` permits if they are free now, without waiting: ``acquire(timeout=0,
+        permits=permits)``.
+
+        Example::
+
+            from etcd_recipes import DistributedSemaphore
+
+            semaphore = DistributedSemaphore(client, f"{prefix}/slots", permits=3)
+            print(await semaphore.try_acquire(permits=2))  # True: two of three
+            print(await semaphore.try_acquire(permits=2))  # False: one is left
+            print(semaphore.held_permits)  # 2
+            await semaphore.release()  # both permits of that acquisition
+            await semaphore.aclose()
+        """
+        return await self.acquire(0, permits=permits)
+
     async def release(self) -> bool:
-        """Return the most recently acquired permit (from any task).
+        """Return the most recently acquired permit (from any task) -- all the permits of
+        that acquisition.
 
         True if it was still held; False if it had been lost (or released by ``aclose()``).
         Raises :class:`~etcd_recipes.lock.LockNotHeldError` when nothing is left to release.
@@ -307,42 +341,49 @@ class DistributedSemaphore(Recipe):
             await semaphore.aclose()
         """
         if self._stack:
-            return await self._stack.pop().held.release()
+            return await self._stack.pop().release(self._client)
         if self._lost_permits:
             permit = self._lost_permits.pop()
             permit.counted = False
-            await permit.held.release()
+            await permit.release(self._client)
             return False
         raise LockNotHeldError(f"{self.exception_context}: no permit to release")
 
-    async def _acquire_permit(self, timeout: float | None) -> _Permit | None:
+    async def _acquire_permit(self, timeout: float | None, permits: int = 1) -> _Permit | None:
         self._check_open()
         timeout = check_timeout(timeout, zero=True)
+        n = check_int_range(permits, what="permits", minimum=1, maximum=self.permits)
         started = time.monotonic()
-        held = await metered_acquisition(self._meter, self.path, self._admit(timeout))
+        extras: list[tuple[str, ...]] = []
+        held = await metered_acquisition(self._meter, self.path, self._admit(timeout, n, extras))
         if held is None:
             return None
         held.views.append(self)
         self._record_latency("semaphore.acquire", started)
-        return _Permit(held)
+        return _Permit(held, extras[0])
 
-    async def _admit(self, timeout: float | None) -> _Held | None:
-        held: _Held | None = None
+    async def _admit(
+        self, timeout: float | None, n: int, extras: list[tuple[str, ...]]
+    ) -> _Held | None:
+        permit: _Permit | None = None
         with _deadline_scope(timeout) as abort:
             self._aborts.add(abort)
             try:
                 await self._validate()
-                held = await self._take(wait=timeout != 0)
+                permit = _Permit(*await _take(self, n, wait=timeout != 0))
             except _Busy:
-                held = None
+                permit = None
             finally:
                 self._aborts.discard(abort)
-        if held is not None and self.is_closed:
-            await held.release()
-            held = None
-        if held is None and self.is_closed:
+        if permit is not None and self.is_closed:
+            await permit.release(self._client)
+            permit = None
+        if permit is None and self.is_closed:
             raise RecipeClosedError(f"{self.exception_context}: aborted by aclose()")
-        return held
+        if permit is None:
+            return None
+        extras.append(permit.extras)
+        return permit.held
 
     async def _validate(self) -> None:
         if self._validated:
@@ -369,143 +410,14 @@ class DistributedSemaphore(Recipe):
             break
         self._validated = True
 
-    async def _take(self, wait: bool = True) -> _Held:
-        while True:
-            checkout = await self._session.join()
-            key = f"{self._holders}{self.client_id}:{random_token()}"
-            try:
-                return await self._queue(checkout, key, wait)
-            except _Requeue as exc:
-                self._record_exception(exc, "requeue")
-                log.info("%s: %s; queueing again", self.exception_context, exc)
-                await asyncio.sleep(exc.delay)
-
-    async def _queue(self, checkout: LeaseCheckout, key: str, wait: bool) -> _Held:
-        client = self._client
-        lease = checkout.lease
-        value = self.client_id.encode()
-        created = False
-
-        async def cleanup() -> None:
-            await _abandon(client, self._session, checkout, key if created else None)
-
-        async with abort_guard(cleanup, what=f"{self.exception_context}: abandoning a waiter"):
-            created = True
-            first = await settled(
-                _leased_txn(
-                    client,
-                    self._session,
-                    checkout,
-                    [Cmp.create_revision(key) == 0],
-                    [
-                        Op.put(key, value, lease=lease.id),
-                        Op.get(self._holders, prefix=True, count_only=True),
-                    ],
-                ),
-                what=f"{self.exception_context}: answering a cancelled acquisition",
-            )
-            if not first.succeeded:
-                created = False
-                raise _Requeue(f"the random waiter key {key} exists already")
-            mine, seen = first.revision, first.revision
-            rank = _range(first, 1).count - 1  # every other holder key is older than ours
-            waited = False
-            while rank >= self.permits:
-                if not wait:
-                    raise _Busy(f"{self.exception_context}: no permit free (timeout=0)")
-                waited = True
-                queue = await _read_queue(client, self._holders, key, mine)
-                if queue.own is None:
-                    raise _Requeue(f"the waiter key {key} disappeared (lease expired or deleted)")
-                rank, seen = len(queue.earlier), queue.revision
-                if rank < self.permits:
-                    break
-                if rank == self.permits:
-                    await self._wait_first(lease, key, mine, queue.earlier, seen)
-                else:
-                    await self._wait_behind(lease, queue.earlier[0], seen)
-            if waited:
-                # Admitted after waiting: whoever queued right behind us watches our key, and
-                # our admission is its cue to move up (a touch that keeps the create revision).
-                touch = await _leased_txn(
-                    client,
-                    self._session,
-                    checkout,
-                    [Cmp.create_revision(key) == mine],
-                    [Op.put(key, value, lease=lease.id)],
-                )
-                if not touch.succeeded:
-                    raise _Requeue(f"the waiter key {key} disappeared (lease expired or deleted)")
-                seen = touch.revision
-            hold = Hold(client, key, lease, mine, PermitLostError, self.exception_context)
-            _monitor_soon(hold, seen)
-            return _Held(hold, checkout, self._session)
-
-    async def _wait_first(
-        self, lease: PooledLease, key: str, mine: int, earlier: list[KeyValue], seen: int
-    ) -> None:
-        """First in line: wait for any of the ``permits`` older holder keys to go."""
-        client = self._client
-        pending = {kv.key for kv in earlier}
-        own = key.encode()
-
-        def freed(event: WatchEvent) -> bool:
-            pending.discard(event.kv.key)
-            return len(pending) < self.permits or event.kv.key == own
-
-        async def probe() -> tuple[bool, int]:
-            queue = await _read_queue(client, self._holders, key, mine)
-            return len(queue.earlier) < self.permits or queue.own is None, queue.revision
-
-        ok, _ = await _wait_unless_lost(
-            lease,
-            wait_for_change(
-                client,
-                self._holders,
-                prefix=True,
-                after_revision=seen,
-                trigger=freed,
-                probe=probe,
-                no_put=True,
-                on_recovery=self._on_recovery_event,
-            ),
-        )
-        if not ok:
-            raise _Requeue(f"lease {lease.id:x} was lost while waiting")
-
-    async def _wait_behind(self, lease: PooledLease, predecessor: KeyValue, seen: int) -> None:
-        """Further back: wait until the waiter ahead is admitted (it touches its key) or
-        leaves (its key is deleted)."""
-        client = self._client
-
-        async def probe() -> tuple[bool, int]:
-            now = await client.range(predecessor.key, keys_only=True)
-            changed = not now.kvs or now.kvs[0].mod_revision != predecessor.mod_revision
-            return changed, now.revision
-
-        def moved(event: WatchEvent) -> bool:
-            return event.type in (EventType.PUT, EventType.DELETE)
-
-        ok, _ = await _wait_unless_lost(
-            lease,
-            wait_for_change(
-                client,
-                predecessor.key,
-                after_revision=seen,
-                trigger=moved,
-                probe=probe,
-                on_recovery=self._on_recovery_event,
-            ),
-        )
-        if not ok:
-            raise _Requeue(f"lease {lease.id:x} was lost while waiting")
-
     # ---------------------------------------------------------------- scoped forms
 
     @contextlib.asynccontextmanager
-    async def with_permit(self, timeout: float | None = None) -> AsyncIterator[LockHold]:
-        """``async with semaphore.with_permit(timeout=5) as permit:`` -- take a permit for
-        the body and return it afterwards.
+    async def with_permit(
+        self, timeout: float | None = None, *, permits: int = 1
+    ) -> AsyncIterator[LockHold]:
+        """``async with semaphore.with_permit(timeout=5) as permit:`` -- take a permit (or
+        ``permits`` of them, all or none) for the body and return them afterwards.
 
         Raises :class:`~etcd_recipes.lock.LockTimeoutError` (a ``TimeoutError``) if no permit
         came in time: the body **never** runs without one. If the permit is lost meanwhile,
@@ -520,7 +432,7 @@ class DistributedSemaphore(Recipe):
                 await permit.guarded_txn([Op.put(f"{prefix}/slot", b"busy")])
             await semaphore.aclose()
         """
-        permit = await self._acquire_permit(timeout)
+        permit = await self._acquire_permit(timeout, permits)
         if permit is None:
             raise LockTimeoutError(f"{self.exception_context}: no permit within {timeout}s")
         self._scoped.append(permit)
@@ -531,7 +443,7 @@ class DistributedSemaphore(Recipe):
     async def _release_scoped(self, permit: _Permit) -> None:
         with contextlib.suppress(ValueError):
             self._scoped.remove(permit)
-        await permit.held.release()
+        await permit.release(self._client)
 
     async def __aenter__(self) -> Self:
         """Take a permit for the body (waits as long as it takes; see :meth:`with_permit`)."""
@@ -585,7 +497,7 @@ class DistributedSemaphore(Recipe):
         for permit in self._scoped:
             permit.held.hold.cancel_bodies(sparing=current)
         for permit in [*self._stack, *self._scoped]:
-            await permit.held.release()
+            await permit.release(self._client)
         for permit in self._stack:
             permit.counted = True
         self._lost_permits.extend(self._stack)  # their release() now returns False

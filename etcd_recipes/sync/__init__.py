@@ -146,6 +146,7 @@ from etcd_recipes.errors import (
     RetriesExhaustedError,
     SemaphorePermitMismatchError,
     ServiceInstanceNotFoundError,
+    StmConflictError,
     TimeoutRetriesExhaustedError,
     TlsHandshakeError,
     TooManyOperationsError,
@@ -185,6 +186,7 @@ from etcd_recipes.resilience import (
     RpcResilience,
     WatchResilience,
 )
+from etcd_recipes.stm.stm import Isolation
 from etcd_recipes.sync._core.streams import EventStream
 from etcd_recipes.sync._recipe.recipe import Recipe
 from etcd_recipes.sync._runtime.calls import fail_after
@@ -216,7 +218,9 @@ from etcd_recipes.sync.election.server import (
 from etcd_recipes.sync.election.terms import get_participants
 from etcd_recipes.sync.keyvalue import TransientKeyValue
 from etcd_recipes.sync.locks.hold import LockHold
+from etcd_recipes.sync.locks.multi import DistributedMultiLock
 from etcd_recipes.sync.locks.mutex import DistributedMutex
+from etcd_recipes.sync.locks.revocation import request_revoke
 from etcd_recipes.sync.locks.rwlock import DistributedReadWriteLock, ReadWriteLockView
 from etcd_recipes.sync.locks.semaphore import DistributedSemaphore
 from etcd_recipes.sync.locks.server import server_lock, server_unlock
@@ -224,6 +228,7 @@ from etcd_recipes.sync.queues.fifo import DistributedQueue
 from etcd_recipes.sync.queues.item import WorkItem
 from etcd_recipes.sync.queues.priority import DistributedPriorityQueue
 from etcd_recipes.sync.queues.work import DistributedWorkQueue
+from etcd_recipes.sync.stm.stm import STM, run_stm
 from etcd_recipes.types import (
     Alarm,
     DeleteResult,
@@ -276,6 +281,7 @@ __all__ = [
     "DistributedBarrier",
     "DistributedBarrierWithCount",
     "DistributedDoubleBarrier",
+    "DistributedMultiLock",
     "DistributedMutex",
     "DistributedPriorityQueue",
     "DistributedQueue",
@@ -311,6 +317,7 @@ __all__ = [
     "InvalidEndpointError",
     "InvalidPathError",
     "InvalidPriorityError",
+    "Isolation",
     "ItemState",
     "JSON",
     "JsonCodec",
@@ -378,6 +385,7 @@ __all__ = [
     "RetryPolicy",
     "RoundRobinStrategy",
     "RpcResilience",
+    "STM",
     "SelfHealingLease",
     "SemaphorePermitMismatchError",
     "ServiceCache",
@@ -392,6 +400,7 @@ __all__ = [
     "StartMode",
     "Status",
     "StickyStrategy",
+    "StmConflictError",
     "StrCodec",
     "TimeoutRetriesExhaustedError",
     "TlsHandshakeError",
@@ -430,6 +439,8 @@ __all__ = [
     "get_participants",
     "leadership_events",
     "naming_registration",
+    "request_revoke",
+    "run_stm",
     "server_lock",
     "server_unlock",
     "state_after",

@@ -22,6 +22,7 @@ from etcd_recipes import (
     ServiceRegistry,
     TransientKeyValue,
     connect,
+    run_stm,
 )
 
 
@@ -124,3 +125,27 @@ async def test_discovery_counter_and_transient_values(proxied, etcd_client, etcd
     async with TransientKeyValue(a, etcd_prefix + "tkv", b"on", lease_ttl=5):
         assert (await etcd_client.get(etcd_prefix + "tkv")).value == b"on"
     assert await etcd_client.get(etcd_prefix + "tkv") is None
+
+
+async def test_stm_transfers_keep_the_total(proxied, etcd_client, etcd_prefix):
+    a, b = proxied
+    for n in range(3):
+        await etcd_client.put(f"{etcd_prefix}acct/{n}", b"100")
+
+    def transfer(src: int, dst: int):
+        async def apply(stm):
+            x = int(await stm.get(f"{etcd_prefix}acct/{src}") or b"0")
+            y = int(await stm.get(f"{etcd_prefix}acct/{dst}") or b"0")
+            stm.put(f"{etcd_prefix}acct/{src}", str(x - 7))
+            stm.put(f"{etcd_prefix}acct/{dst}", str(y + 7))
+
+        return apply
+
+    runs = [
+        run_stm(c, transfer(i % 3, (i + 1) % 3), max_retries=None)
+        for i in range(10)
+        for c in (a, b)
+    ]
+    await asyncio.gather(*runs)
+    balances = [int(kv.value) for kv in (await etcd_client.get_prefix(etcd_prefix + "acct/")).kvs]
+    assert sum(balances) == 300 and balances != [100, 100, 100]

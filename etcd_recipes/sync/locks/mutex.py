@@ -14,6 +14,7 @@ from etcd_recipes._core.streams import DEFAULT_STREAM_BUFFER
 from etcd_recipes._core.txn import AnyOp, Compare
 from etcd_recipes.locks import mutex as _async
 from etcd_recipes.locks.hold import DEFAULT_TTL, LockLostListener, LockParticipant
+from etcd_recipes.locks.mutex import RevocationListener
 from etcd_recipes.sync._recipe.recipe import Recipe
 from etcd_recipes.sync._runtime.twin import SyncContextManager, check_twin
 from etcd_recipes.types import TxnResult
@@ -132,6 +133,39 @@ class DistributedMutex(Recipe, twin_of=_async.DistributedMutex):
             mutex.close()
         """
         return self._rt.call(self._a.holders)
+
+    def add_revocation_listener(self, listener: RevocationListener) -> None:
+        """Make this mutex's later holds revocable (Curator's ``makeRevocable``): when
+        :func:`~etcd_recipes.locks.revocation.request_revoke` (or ``etcd-recipes lock
+        revoke``) asks the holder to give the lock back, ``listener(holder)`` is called once
+        for that hold, from a background task (the listener thread in the blocking facade).
+        Nothing is released: the holder decides when -- ``release()`` from the task that
+        holds it, or the end of its ``with`` block. Register it **before** acquiring:
+        each hold acquired while a listener is registered watches its key for requests.
+
+        Example::
+
+            import asyncio
+
+            from etcd_recipes.sync import DistributedMutex
+
+            mutex = DistributedMutex(client, f"{prefix}/lock")
+            asked = asyncio.Event()
+            mutex.add_revocation_listener(lambda holder: asked.set())
+            mutex.close()
+        """
+        self._rt.call_sync(self._a.add_revocation_listener, self._rt.listener(listener))
+
+    def remove_revocation_listener(self, listener: RevocationListener) -> None:
+        """Stop calling ``listener`` (holds acquired from now on are not watched for requests
+        once no listener is left)."""
+        self._rt.call_sync(self._a.remove_revocation_listener, self._rt.listener(listener))
+
+    @property
+    def revocation_requested(self) -> bool:
+        """Whether a revocation was requested of the calling thread's hold (see
+        :meth:`add_revocation_listener`); False when it holds none or was not asked."""
+        return self._rt.call_sync(lambda: self._a.revocation_requested)
 
     @property
     def lease_ttl(self) -> int:

@@ -89,8 +89,9 @@ class DistributedSemaphore(Recipe, twin_of=_async.DistributedSemaphore):
         return self._rt.call(self._a.available_permits)
 
     def contenders(self) -> list[LockParticipant]:
-        """Every holder key, waiters included, in line order (one read, advisory): the first
-        ``permits`` of them hold a permit (``is_holder``); ``value`` is the owner's client id.
+        """Every holder key, waiters included, in line order (one read, advisory): one key per
+        permit (an acquisition of ``n`` permits has ``n`` keys, ``is_holder`` on all of them
+        or on none); ``value`` is the owner's client id.
 
         Example::
 
@@ -158,12 +159,17 @@ class DistributedSemaphore(Recipe, twin_of=_async.DistributedSemaphore):
         result: EventStream[BaseException | None] = self._twin(value)
         return result
 
-    def acquire(self, timeout: float | None = None) -> bool:
-        """Take a permit; False if ``timeout`` seconds pass first (nothing is left queued).
-        ``timeout=0`` tries once and does not wait.
+    def acquire(self, timeout: float | None = None, *, permits: int = 1) -> bool:
+        """Take ``permits`` permits (all of them or none); False if ``timeout`` seconds pass
+        first (nothing is left queued). ``timeout=0`` tries once and does not wait.
 
-        The permit belongs to the instance: release it with :meth:`release`, from any task.
-        Raises :class:`SemaphorePermitMismatchError` on a count mismatch.
+        The permits belong to the instance: release them with :meth:`release`, from any task
+        (one ``release()`` returns all the permits of one acquisition). Several permits are as
+        many holder keys created in one transaction (see :mod:`etcd_recipes.locks.semaphore`);
+        the acquisition is FIFO with the one-permit ones. Raises
+        :class:`SemaphorePermitMismatchError` on a count mismatch and
+        :class:`~etcd_recipes.errors.InvalidArgumentError` for ``permits`` outside
+        ``1..self.permits``.
 
         Example::
 
@@ -177,10 +183,28 @@ class DistributedSemaphore(Recipe, twin_of=_async.DistributedSemaphore):
                     semaphore.release()
             semaphore.close()
         """
-        return self._rt.call(self._a.acquire, timeout)
+        return self._rt.call(self._a.acquire, timeout, permits=permits)
+
+    def try_acquire(self, *, permits: int = 1) -> bool:
+        """Take ``permits`` permits if they are free now, without waiting: ``acquire(timeout=0,
+        permits=permits)``.
+
+        Example::
+
+            from etcd_recipes.sync import DistributedSemaphore
+
+            semaphore = DistributedSemaphore(client, f"{prefix}/slots", permits=3)
+            print(semaphore.try_acquire(permits=2))  # True: two of three
+            print(semaphore.try_acquire(permits=2))  # False: one is left
+            print(semaphore.held_permits)  # 2
+            semaphore.release()  # both permits of that acquisition
+            semaphore.close()
+        """
+        return self._rt.call(self._a.try_acquire, permits=permits)
 
     def release(self) -> bool:
-        """Return the most recently acquired permit (from any task).
+        """Return the most recently acquired permit (from any task) -- all the permits of
+        that acquisition.
 
         True if it was still held; False if it had been lost (or released by ``close()``).
         Raises :class:`~etcd_recipes.lock.LockNotHeldError` when nothing is left to release.
@@ -196,9 +220,11 @@ class DistributedSemaphore(Recipe, twin_of=_async.DistributedSemaphore):
         """
         return self._rt.call(self._a.release)
 
-    def with_permit(self, timeout: float | None = None) -> AbstractContextManager[LockHold]:
-        """``with semaphore.with_permit(timeout=5) as permit:`` -- take a permit for
-        the body and return it afterwards.
+    def with_permit(
+        self, timeout: float | None = None, *, permits: int = 1
+    ) -> AbstractContextManager[LockHold]:
+        """``with semaphore.with_permit(timeout=5) as permit:`` -- take a permit (or
+        ``permits`` of them, all or none) for the body and return them afterwards.
 
         Raises :class:`~etcd_recipes.lock.LockTimeoutError` (a ``TimeoutError``) if no permit
         came in time: the body **never** runs without one. If the permit is lost meanwhile,
@@ -213,7 +239,7 @@ class DistributedSemaphore(Recipe, twin_of=_async.DistributedSemaphore):
                 permit.guarded_txn([Op.put(f"{prefix}/slot", b"busy")])
             semaphore.close()
         """
-        value = self._rt.call_sync(self._a.with_permit, timeout)
+        value = self._rt.call_sync(self._a.with_permit, timeout, permits=permits)
         result: AbstractContextManager[LockHold] = SyncContextManager(self._rt, value, self._twin)
         return result
 
