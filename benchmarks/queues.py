@@ -241,9 +241,14 @@ async def latency(client: EtcdClient, root: str, samples: int, kind: str) -> lis
 def parked_waiters(client: EtcdClient) -> int:
     """Consumers parked on the client's shared put-waits (``_recipe/waiting.py``; before those,
     a watch each)."""
-    if not hasattr(client._watch_hub, "shared"):
+    from etcd_recipes._recipe import waiting  # the put-waker registry lives there now
+
+    if hasattr(waiting, "_shared"):
+        shared = list(waiting._shared(client).values())
+    elif hasattr(client._watch_hub, "shared"):  # before issue 30: on the watch hub
+        shared = list(client._watch_hub.shared.values())
+    else:
         return client._watch_hub.watcher_count
-    shared = client._watch_hub.shared.values()
     return len({future for waker in shared for future in getattr(waker, "waiters", ())})
 
 
@@ -269,8 +274,9 @@ async def release(tasks: list[asyncio.Task[object]]) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def memory(client: EtcdClient, root: str, n: int) -> dict[str, tuple[float, float]]:
-    """Per parked consumer: (growth of resident memory, Python heap traced by tracemalloc).
+async def memory(client: EtcdClient, root: str, n: int) -> dict[str, tuple[float, float, float]]:
+    """Per parked consumer: (growth of resident memory, Python heap traced by tracemalloc,
+    resident growth from 0 to ``n``).
 
     Resident memory is the slope between ``n`` and ``2 n`` parked consumers of a kind -- what
     each further consumer adds, not the allocator's first growth for the in-flight reads of a
@@ -278,11 +284,15 @@ async def memory(client: EtcdClient, root: str, n: int) -> dict[str, tuple[float
     between, so neither reuses memory the other freed); then the Python heap of ``n``, in a
     second round under tracemalloc."""
     out: dict[str, list[float]] = {"fifo": [], "work": []}
+    first: dict[str, float] = {}
     parked: list[asyncio.Task[object]] = []
     for kind in out:
+        gc.collect()
+        empty = rss()
         parked += await park(client, f"{root}{kind}/", n, kind)
         gc.collect()
         before = rss()
+        first[kind] = (before - empty) / n  # the growth from 0 to n, the other measure
         parked += await park(client, f"{root}{kind}/", n, kind)
         gc.collect()
         out[kind].append((rss() - before) / n)
@@ -295,7 +305,7 @@ async def memory(client: EtcdClient, root: str, n: int) -> dict[str, tuple[float
         out[kind].append(tracemalloc.get_traced_memory()[0] / n)
         tracemalloc.stop()
         await release(tasks)
-    return {kind: (v[0], v[1]) for kind, v in out.items()}
+    return {kind: (v[0], v[1], first[kind]) for kind, v in out.items()}
 
 
 def pct(values: list[float], q: float) -> float:
@@ -341,11 +351,12 @@ async def main_async(
         if "memory" in parts:
             sizes = await memory(client, "/bench/parked/", parked)
             for kind, label in (("fifo", "dequeue()"), ("work", "receive()")):
-                resident, heap = sizes[kind]
+                resident, heap, first = sizes[kind]
                 print(
-                    f"memory per parked {label:10s}: {resident / 1024:.1f} KB resident, "
-                    f"{heap / 1024:.1f} KB Python heap ({parked} consumers in one process, "
-                    f"each its own queue instance; target <= 10 KB resident)"
+                    f"memory per parked {label:10s}: {resident / 1024:.1f} KB resident "
+                    f"({parked} -> {2 * parked}), {first / 1024:.1f} KB resident (0 -> "
+                    f"{parked}), {heap / 1024:.1f} KB Python heap ({parked} consumers in one "
+                    f"process, each its own queue instance; target <= 10 KB by both measures)"
                 )
 
 

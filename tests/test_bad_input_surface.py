@@ -58,6 +58,7 @@ KIND_OF: dict[str, str] = {
     "permits": "count",
     "page_size": "count",
     "max_deliveries": "count",
+    "max_items": "count",
     "max_attempts": "count",
     "maxsize": "bound",
     "limit": "limit",
@@ -92,7 +93,7 @@ BAD: dict[str, list[Any]] = {
 }
 
 # timeout=0 means "try once, do not wait" for these; anywhere else 0 is rejected.
-ZERO_TIMEOUT_OK = {"acquire", "with_lock", "with_permit", "poll", "receive"}
+ZERO_TIMEOUT_OK = {"acquire", "with_lock", "with_permit", "poll", "receive", "receive_many"}
 
 # Result and event value types: built by the library from etcd's answers, not entry points.
 RESULT_TYPES = {
@@ -197,6 +198,8 @@ def _good(env: Env, name: str, owner: str, sync: bool) -> Any:
     if name == "member_count":
         return 2
     if name == "permits":
+        return 2
+    if name == "max_items":
         return 2
     if name == "establish":
         return _establish_sync if sync else _establish

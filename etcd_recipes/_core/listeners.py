@@ -22,6 +22,8 @@ log = library_logger("etcd_recipes.listeners")
 class ListenerSet:
     """An ordered set of callbacks, called with the arguments given to :meth:`emit`."""
 
+    __slots__ = ("_listeners", "_name", "_on_error", "_tasks")
+
     def __init__(self, name: str, on_error: Callable[[str, BaseException], None] | None = None):
         self._name = name
         self._listeners: list[Callable[..., Any]] = []

@@ -111,6 +111,8 @@ class Claimed:
 class Claimer:
     """The claim transactions of one consumer of one queue."""
 
+    __slots__ = ("client", "client_id", "context", "keys", "local", "reach", "reads", "trace")
+
     def __init__(
         self, client: EtcdClient, reads: HeadReader, client_id: str, context: str, trace: bool
     ) -> None:
@@ -119,9 +121,15 @@ class Claimer:
         self.keys = keys = reads.keys
         self.client_id = client_id
         self.trace = trace  # read trace/<id> in the claim transaction
-        self.what = f"{context}: undoing a cancelled claim"  # names the cleanup
+        self.context = context
         self.reach = 1  # candidates the next claim tries (see _take.next_reach)
         self.local = local_claims(client, keys.items)
+
+    @property
+    def what(self) -> str:
+        """What the cleanup of a cancelled claim is called (made when needed: a parked consumer
+        keeps no string of it)."""
+        return f"{self.context}: undoing a cancelled claim"
 
     def window(self, items: list[KeyValue], *, further: bool = True) -> list[KeyValue] | None:
         """The candidates the next claim tries: the first item no sibling took (or is after,

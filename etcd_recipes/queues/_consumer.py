@@ -47,6 +47,19 @@ async def _heal_forward(lease_id: int) -> bool:
 class ConsumerLease:
     """The lease a consumer's claim markers live on, and its sweeper task."""
 
+    __slots__ = (
+        "_check_open",
+        "_client",
+        "_context",
+        "_lock",
+        "_on_event",
+        "_spawn_sweeper",
+        "_ttl",
+        "lease",
+        "sweeper",
+        "taken_by",
+    )
+
     def __init__(
         self,
         client: EtcdClient,

@@ -30,6 +30,7 @@ key                                       value                          lease
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -48,7 +49,7 @@ log = library_logger("etcd_recipes.work_queue")
 WINDOW = 4  # items (with their payloads) a receive reads and may try in one claim
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WorkKeys:
     """The key prefixes of one work queue (each ends in ``/``)."""
 
@@ -64,6 +65,11 @@ class WorkKeys:
 
     @classmethod
     def under(cls, path: str) -> WorkKeys:
+        """The keys of the queue at ``path`` (one shared instance per path: frozen)."""
+        return _keys_under(path)
+
+    @classmethod
+    def _make(cls, path: str) -> WorkKeys:
         base = append_to_path(path, "")
         return cls(
             items=base + "items/",
@@ -128,6 +134,11 @@ class WorkKeys:
         return ops
 
 
+@functools.lru_cache(maxsize=1024)
+def _keys_under(path: str) -> WorkKeys:
+    return WorkKeys._make(path)
+
+
 @dataclass
 class Snapshot:
     items: list[KeyValue]  # the first few items (with their values), or nothing
@@ -151,6 +162,8 @@ class HeadReader:
     below a bound ``span`` milliseconds past the head last seen, delayed items due within
     ``lookahead`` seconds. A snapshot whose bounded items read found none carries the read of
     what lies past the bound (:attr:`Snapshot.beyond`): not empty until that read says so."""
+
+    __slots__ = ("horizon", "keys", "lookahead")
 
     def __init__(self, keys: WorkKeys, horizon: Horizon, lookahead: float) -> None:
         self.keys = keys

@@ -44,6 +44,8 @@ _DEAD = "it was moved to the dead letters (reason 'undecodable', raw bytes kept)
 class Receiver(Generic[ValueT]):
     """The receive side of one work-queue instance (its snapshots and claims)."""
 
+    __slots__ = ("prefetched", "queue")
+
     def __init__(self, queue: DistributedWorkQueue[ValueT]) -> None:
         self.queue = queue
         self.prefetched: tuple[float, Snapshot] | None = None

@@ -119,6 +119,8 @@ class Sweeps:
     ``sweep_interval`` from its sweeper (:meth:`forever`). ``touched`` runs before each (a
     snapshot kept from a claim is stale once items move)."""
 
+    __slots__ = ("client", "config", "context", "keys", "meter", "on_error", "snapshot", "touched")
+
     def __init__(
         self,
         client: EtcdClient,

@@ -57,4 +57,7 @@ def _check_config(config: Any) -> WorkQueueConfig:
     """``config`` itself, or the defaults for ``None``; anything else is refused."""
     if config is not None and not isinstance(config, WorkQueueConfig):
         raise InvalidArgumentError(f"config must be a WorkQueueConfig, not {config!r}")
-    return config or WorkQueueConfig()
+    return config or _DEFAULT
+
+
+_DEFAULT = WorkQueueConfig()  # shared: a config is frozen

@@ -21,6 +21,7 @@ from etcd_recipes import (
     WorkQueueConfig,
 )
 from etcd_recipes._core.txn import PutOp, TxnOp
+from etcd_recipes.queues._claims import Claimer
 from tests.helpers import eventually
 from tests.queues.helpers import keys, server_leases, spawn
 
@@ -248,7 +249,7 @@ async def test_ctrl_c_in_the_sync_facade_consumes_nothing(
 
 
 async def test_receive_that_lost_the_race_and_parked_gives_its_new_lease_back(
-    etcd_client, etcd_prefix
+    etcd_client, etcd_prefix, monkeypatch
 ):
     """A receive takes the consumer lease for a claim, loses the item to another consumer,
     parks, and is cancelled: the lease it took is revoked again (nothing of it is left)."""
@@ -257,15 +258,15 @@ async def test_receive_that_lost_the_race_and_parked_gives_its_new_lease_back(
     rival = DistributedWorkQueue(etcd_client, path, CONFIG)
     loser = DistributedWorkQueue(etcd_client, path, CONFIG)
     await rival.enqueue(b"contested")
-    real_claim = loser._claimer.claim
+    real_claim = Claimer.claim
     taken = []
 
-    async def rival_first(window, lease_id):
-        if not taken:
+    async def rival_first(self, window, lease_id):
+        if self is loser._claimer and not taken:
             taken.append(await rival.receive())  # wins the item in between
-        return await real_claim(window, lease_id)
+        return await real_claim(self, window, lease_id)
 
-    loser._claimer.claim = rival_first  # type: ignore[method-assign]
+    monkeypatch.setattr(Claimer, "claim", rival_first)  # a Claimer has slots: patch the class
     task = asyncio.create_task(loser.receive())
     await eventually(lambda: loser.lease_id != 0 and taken, what="the lost race")
     await asyncio.sleep(0.3)  # parked now
