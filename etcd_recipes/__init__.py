@@ -190,6 +190,8 @@ from .resilience import (
     RpcResilience,
     WatchResilience,
 )
+from .shared.count import SharedCount
+from .shared.value import SharedValue, Versioned
 from .types import (
     Alarm,
     DeleteResult,
@@ -355,6 +357,8 @@ __all__ = [
     "ServiceProvider",
     "ServiceRegistry",
     "ServiceType",
+    "SharedCount",
+    "SharedValue",
     "SortOrder",
     "SortTarget",
     "StartMode",
@@ -370,6 +374,7 @@ __all__ = [
     "UsageError",
     "Vacated",
     "ValueTooLargeError",
+    "Versioned",
     "Watch",
     "WatchEvent",
     "WatchFailed",

@@ -45,6 +45,7 @@ FAMILIES: dict[str, tuple[str, str, str]] = {
     "counter": ("counter", "Atomic counter", "DistributedAtomicLong."),
     "keyvalue": ("keyvalue", "Transient key/values", "TransientKeyValue."),
     "discovery": ("discovery", "Service discovery", "Registry, cache, provider."),
+    "shared": ("shared", "Shared values", "SharedValue, SharedCount, Versioned."),
 }
 OTHER = ("other", "Other", "Names not in a family above.")
 

@@ -184,6 +184,7 @@ from etcd_recipes.resilience import (
     RpcResilience,
     WatchResilience,
 )
+from etcd_recipes.shared.value import Versioned
 from etcd_recipes.sync._core.streams import EventStream
 from etcd_recipes.sync._recipe.recipe import Recipe
 from etcd_recipes.sync._runtime.calls import fail_after
@@ -223,6 +224,8 @@ from etcd_recipes.sync.queues.fifo import DistributedQueue
 from etcd_recipes.sync.queues.item import WorkItem
 from etcd_recipes.sync.queues.priority import DistributedPriorityQueue
 from etcd_recipes.sync.queues.work import DistributedWorkQueue
+from etcd_recipes.sync.shared.count import SharedCount
+from etcd_recipes.sync.shared.value import SharedValue
 from etcd_recipes.types import (
     Alarm,
     DeleteResult,
@@ -385,6 +388,8 @@ __all__ = [
     "ServiceProvider",
     "ServiceRegistry",
     "ServiceType",
+    "SharedCount",
+    "SharedValue",
     "SortOrder",
     "SortTarget",
     "StartMode",
@@ -401,6 +406,7 @@ __all__ = [
     "UsageError",
     "Vacated",
     "ValueTooLargeError",
+    "Versioned",
     "Watch",
     "WatchEvent",
     "WatchFailed",
