@@ -73,6 +73,19 @@ async def test_a_selector_proclaims_from_its_term(etcd_client, etcd_prefix):
         ]
 
 
+async def _hold_until_lost(term: LeadershipTerm) -> None:
+    while term.is_current:
+        await asyncio.sleep(0.02)
+
+
+async def _leading(selector: LeaderSelector) -> bool:
+    for _ in range(500):
+        if selector.is_leader:
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
 async def test_a_deposed_or_non_leader_cannot_proclaim(etcd_client, etcd_prefix):
     path = etcd_prefix + "election"
     value_key = path + "/LEADER/value"
@@ -82,16 +95,20 @@ async def test_a_deposed_or_non_leader_cannot_proclaim(etcd_client, etcd_prefix)
     async with LeaderLatch(etcd_client, path, client_id="a") as a:
         assert await a.await_leadership(timeout=10)
         await a.proclaim("mine")
+        term = a.term
         await etcd_client.delete(path + "/LEADER")  # deposed out of band; a may not know yet
         with pytest.raises(LeadershipLostError):
             await a.proclaim("still mine?")  # the guard (or the loss seen) refuses it
-        assert (await etcd_client.get(value_key)).value == b"mine"  # nothing new written
-        await eventually(lambda: not a.is_leader, what="a steps down")
-    async with LeaderLatch(etcd_client, path, client_id="b") as b:
-        assert await b.await_leadership(timeout=10)
+        left = await etcd_client.get(value_key)  # the old term's value, or gone with its lease
+        assert left is None or left.value == b"mine"  # never the refused one
+        await eventually(lambda: term.is_lost, what="a's term to be lost")
+        # (the latch contests again by itself and may already lead a new term)
+    async with LeaderSelector(etcd_client, path, _hold_until_lost, client_id="b") as b:
+        await b.start()  # the candidacy runs in the background
+        assert await _leading(b)
         resigned = await resign_leader(etcd_client, path)  # the operator ends b's term
         assert resigned is not None and resigned.client_id == "b"
-        with pytest.raises(LeadershipLostError):
+        with pytest.raises(LeadershipLostError):  # a selector does not contest again
             await b.proclaim("after resign")
     await waiting.aclose()
     assert await etcd_client.get(value_key) is None
