@@ -12,8 +12,12 @@ import pytest
 from etcd_recipes import (
     UTF8,
     ConnectionState,
+    ResilienceConfig,
     SharedValue,
     Versioned,
+    WatchFailed,
+    WatchFailedError,
+    WatchResilience,
     WatchResubscribed,
     WatchResynced,
     WatchSuspended,
@@ -162,3 +166,30 @@ async def test_a_delete_during_a_compacted_gap_reads_as_the_seed(fresh_etcd_serv
             await seen.stop()
     finally:
         tcp.stop()
+
+
+@pytest.mark.slow
+async def test_a_watch_that_gives_up_ends_the_changes_with_an_error(fresh_etcd_server):
+    server = fresh_etcd_server
+    config = ResilienceConfig(watch=WatchResilience.disabled())
+    async with (
+        connect(**server.client_kwargs(), resilience=config, **FAST) as client,
+        SharedValue(client, "/sv/v", "a", codec=UTF8) as shared,
+    ):
+        changes, recoveries = shared.changes(), shared.recovery_events()
+        assert (await anext(changes)).value == "a"
+        server.kill()
+        with pytest.raises(WatchFailedError):
+            await asyncio.wait_for(anext(changes), 20)
+        kinds: list[type] = []
+        while WatchFailed not in kinds:
+            kinds.append(type(await asyncio.wait_for(anext(recoveries), 5)))
+        assert kinds == [WatchSuspended, WatchFailed]  # it tried once, then gave up
+        assert shared.connection_state is ConnectionState.LOST
+        assert any(isinstance(b.exception, WatchFailedError) for b in shared.exceptions)
+        server.restart()
+        assert (await shared.get()).value == "a"  # reads and writes still work
+        late = shared.changes()  # a new stream: the last value seen, then the error
+        assert (await anext(late)).value == "a"
+        with pytest.raises(WatchFailedError):
+            await anext(late)
