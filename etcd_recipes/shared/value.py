@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic
 
-from .._core.logctx import library_logger
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.txn import Cmp, Op
 from .._core.validate import check_count, check_revision
@@ -36,8 +35,6 @@ if TYPE_CHECKING:
     from ..client import EtcdClient
 
 __all__ = ["SharedValue", "Versioned"]
-
-log = library_logger("etcd_recipes.shared")
 
 
 @dataclass(frozen=True)

@@ -200,18 +200,29 @@ async def test_cancelling_a_wait_for_a_change_leaves_the_value_and_the_recipe_wo
     assert [(kv.key, kv.value, kv.lease) for kv in read.kvs] == [(path.encode(), b"b", 0)]
 
 
-async def test_cancelling_start_leaves_the_seed_only(etcd_client, etcd_prefix):
+async def test_cancelling_start_anywhere_leaves_no_watch_task_or_lease(etcd_client, etcd_prefix):
     path = etcd_prefix + "v"
-    shared = SharedValue(etcd_client, path, b"seed")
-    task = asyncio.ensure_future(shared.start())
-    await asyncio.sleep(0)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    await shared.aclose()
+    hub = etcd_client._watch_hub
+    watches = hub.watcher_count
+    cancelled = 0
+    for steps in range(0, 40, 2):  # cancel after more and more loop iterations
+        shared = SharedValue(etcd_client, path, b"seed")
+        task = asyncio.ensure_future(shared.start())
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            cancelled += 1
+            assert not shared.is_started and not shared._tasks
+        await shared.aclose()
+    assert cancelled > 0
+    await eventually(lambda: hub.watcher_count == watches, what="every watch closed")
     read = await etcd_client.range(etcd_prefix, prefix=True)
-    assert [kv.value for kv in read.kvs] in ([], [b"seed"])  # at most the seed, never a lease
-    assert all(kv.lease == 0 for kv in read.kvs)
+    assert [(kv.value, kv.lease) for kv in read.kvs] == [(b"seed", 0)]  # the seed, no lease
+    async with SharedValue(etcd_client, path, b"other") as shared:  # and it starts afterwards
+        assert shared.current.value == b"seed"
 
 
 async def test_writes_are_metered(etcd_server, etcd_prefix):
