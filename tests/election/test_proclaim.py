@@ -36,6 +36,7 @@ async def test_observers_see_the_value_in_the_same_term(etcd_client, etcd_prefix
             observer.add_listener(heard.append)
             events = observer.events()
             assert await anext(events) == Elected("node-1", token)  # nothing proclaimed yet
+            leader_key = await etcd_client.get(path + "/LEADER")
             first = await latch.proclaim("10.0.0.7:8080")
             assert await anext(events) == Elected("node-1", token, b"10.0.0.7:8080")
             second = await latch.proclaim(b"draining")
@@ -44,6 +45,7 @@ async def test_observers_see_the_value_in_the_same_term(etcd_client, etcd_prefix
             await eventually(lambda: len(heard) == 2, what="the listener")
             assert all(isinstance(e, Elected) and e.fencing_token == token for e in heard)
             assert latch.fencing_token == token and latch.is_leader  # no new term
+            assert await etcd_client.get(path + "/LEADER") == leader_key  # LEADER untouched
             kv = await etcd_client.get(path + "/LEADER/value")
             assert kv.value == b"draining" and kv.lease == latch.lease_id  # on the term lease
         async with LeaderObserver(etcd_client, path) as late:  # a new observer reads it
