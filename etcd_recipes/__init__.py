@@ -193,6 +193,8 @@ from .resilience import (
     RpcResilience,
     WatchResilience,
 )
+from .shared.count import SharedCount
+from .shared.value import SharedValue, Versioned
 from .stm.stm import STM, Isolation, run_stm
 from .types import (
     Alarm,
@@ -361,6 +363,8 @@ __all__ = [
     "ServiceProvider",
     "ServiceRegistry",
     "ServiceType",
+    "SharedCount",
+    "SharedValue",
     "SortOrder",
     "SortTarget",
     "StartMode",
@@ -380,6 +384,7 @@ __all__ = [
     "UsageError",
     "Vacated",
     "ValueTooLargeError",
+    "Versioned",
     "Watch",
     "WatchEvent",
     "WatchFailed",

@@ -9,6 +9,8 @@ Guarantees: each mutation is a compare-and-swap on the key's mod revision, retri
 random jitter on conflict, and returns the value **this call committed** -- so N concurrent
 increments from 0 return exactly ``{1..N}``. The key is created lazily with ``default`` by the
 first caller that finds it missing; whoever creates it decides the default.
+``compare_and_set(expected, new)`` writes only if the value is ``expected`` at commit time (one
+transaction comparing the stored bytes).
 
 Not guaranteed: ``get()`` is a plain read, already stale when it returns; values outside the
 int64 range are rejected rather than wrapped.
@@ -143,6 +145,38 @@ class DistributedAtomicLong(Recipe):
             kv = read.kvs[0]
             conflicts += 1
             await asyncio.sleep(random.uniform(0, min(_MAX_BACKOFF, conflicts * 0.01)))
+
+    async def compare_and_set(self, expected: int, new: int) -> bool:
+        """Set the value to ``new`` only if it is ``expected`` now: one transaction comparing
+        the stored bytes (a missing key is created with the default first). ``False``: the
+        value was not ``expected``; nothing was written.
+
+        Example::
+
+            from etcd_recipes import DistributedAtomicLong
+
+            async with DistributedAtomicLong(client, f"{prefix}/slots", default=5) as counter:
+                assert await counter.compare_and_set(5, 4)
+                assert not await counter.compare_and_set(5, 3)  # it is 4 now
+                assert await counter.get() == 4
+        """
+        check_int64(expected, what="expected")
+        check_int64(new, what="new")
+        self._check_open()
+        for _ in range(2):  # a second round only after creating a missing key
+            result = await self._client.txn(
+                [Cmp.value(self.path) == INT64.encode(expected)],
+                [Op.put(self.path, INT64.encode(new))],
+                [Op.get(self.path)],
+            )
+            if result.succeeded:
+                return True
+            read = result.responses[0]
+            assert isinstance(read, RangeResult)
+            if read.kvs:  # a value compare fails on a missing key: only then try again
+                return False
+            await self._create_if_missing()
+        return False
 
     @staticmethod
     async def delete(client: EtcdClient, path: str) -> bool:

@@ -192,6 +192,12 @@ class EtcdMetrics:
         """A cache's entry count changed by ``delta`` (a closed cache reports ``-size``), so a
         gauge summed over caches and processes stays right without reading any cache."""
 
+    def shared_value_written(self, recipe: str, name: str, operation: str, outcome: str) -> None:
+        """A shared value (``SharedValue``, ``SharedCount``) was written, or a write failed.
+
+        ``operation``: ``set`` or ``try_set``. ``outcome``: ``ok``; ``conflict`` (a
+        ``try_set`` whose expected version was not current: nothing written); ``error``."""
+
     def start_span(
         self, recipe: str, name: str, operation: str, path: str, attributes: Mapping[str, object]
     ) -> MetricsSpan | None:

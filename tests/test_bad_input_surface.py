@@ -187,6 +187,10 @@ def _good(env: Env, name: str, owner: str, sync: bool) -> Any:
         return "127.0.0.1:8080"
     if name in ("value", "data"):
         return b"v"
+    if name == "seed":
+        return b"v"
+    if name == "expected_version":
+        return 0
     if name == "values":
         return [b"v"]
     if name in ("ttl", "lease_ttl"):

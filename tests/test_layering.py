@@ -250,6 +250,7 @@ GROUND = {"errors", "types", "codecs", "events", "resilience", "metrics", "_core
 FAMILIES = {"locks", "election", "barriers", "queues", "caches", "discovery"}
 FAMILIES |= {"counter", "keyvalue"}
 FAMILIES |= {"stm"}
+FAMILIES |= {"shared"}
 FLOORS = {"client": 1, "_recipe": 2, "testing": 4, "contrib": 5, "cli": 5, "sync": 5}
 TOP = 4  # etcd_recipes/__init__.py: the export list, beside testing/
 

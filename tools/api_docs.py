@@ -46,6 +46,7 @@ FAMILIES: dict[str, tuple[str, str, str]] = {
     "keyvalue": ("keyvalue", "Transient key/values", "TransientKeyValue."),
     "discovery": ("discovery", "Service discovery", "Registry, cache, provider."),
     "stm": ("stm", "Software transactional memory", "run_stm, STM, isolation levels."),
+    "shared": ("shared", "Shared values", "SharedValue, SharedCount, Versioned."),
 }
 OTHER = ("other", "Other", "Names not in a family above.")
 

@@ -93,6 +93,7 @@ _EVENT_METHODS = (
     "queue_redelivered",
     "cache_synced",
     "cache_size_changed",
+    "shared_value_written",
 )
 
 
@@ -419,6 +420,9 @@ class RecipeMeter:
     def cache_size(self, delta: int) -> None:
         if delta:
             self.meter.emit("cache_size_changed", self.recipe, self.name, delta)
+
+    def shared_value_written(self, operation: str, outcome: str) -> None:
+        self.meter.emit("shared_value_written", self.recipe, self.name, operation, outcome)
 
     def latency(self, name: str, seconds: float) -> None:
         """The v1 ``record_latency`` event (kept for sinks written against v1)."""

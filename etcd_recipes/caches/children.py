@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Generic
 from .._core.keys import ensure_suffix
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from ..codecs import Codec, ValueT
+from ..events import WatchRecoveryEvent
 from ._layer import _Layer
 from .events import BatchKind, CacheBatch, CacheEventType
 from .prefix import PrefixCache
@@ -196,6 +197,15 @@ class PathChildrenCache(_Layer, Generic[ValueT]):
         :class:`~etcd_recipes.EventStream`). Take it before ``start()`` to see
         ``INITIALIZED``."""
         return self._events.stream(maxsize)
+
+    def recovery_events(
+        self, maxsize: int = DEFAULT_STREAM_BUFFER
+    ) -> EventStream[WatchRecoveryEvent]:
+        """Each later recovery of the cache's watch (``WatchSuspended``,
+        ``WatchResubscribed``, ``WatchResynced`` -- after which the children found changed
+        come as ``synthetic`` events --, ``WatchFailed``); see
+        :meth:`PrefixCache.recovery_events <etcd_recipes.PrefixCache.recovery_events>`."""
+        return self._cache.recovery_events(maxsize)
 
     def add_listener(self, listener: Callable[[PathChildrenCacheEvent[ValueT]], Any]) -> None:
         """Call ``listener(event)`` for every later event, in order, from its own task."""

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Generic
 
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from ..codecs import Codec, ValueT
+from ..events import WatchRecoveryEvent
 from ._layer import _Layer
 from .events import BatchKind, CacheBatch, CacheEntry, CacheEventType
 from .prefix import PrefixCache
@@ -122,6 +123,15 @@ class NodeCache(_Layer, Generic[ValueT]):
         """Every later change, as an async iterator (bounded; see
         :class:`~etcd_recipes.EventStream`)."""
         return self._events.stream(maxsize)
+
+    def recovery_events(
+        self, maxsize: int = DEFAULT_STREAM_BUFFER
+    ) -> EventStream[WatchRecoveryEvent]:
+        """Each later recovery of the cache's watch (``WatchSuspended``,
+        ``WatchResubscribed``, ``WatchResynced`` -- after which a change found by the re-read
+        comes as a ``synthetic`` event --, ``WatchFailed``); see
+        :meth:`PrefixCache.recovery_events <etcd_recipes.PrefixCache.recovery_events>`."""
+        return self._cache.recovery_events(maxsize)
 
     def add_listener(self, listener: Callable[[NodeCacheEvent[ValueT]], Any]) -> None:
         """Call ``listener(event)`` for every later change, in order, from its own task."""

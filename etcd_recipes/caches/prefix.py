@@ -59,7 +59,13 @@ from .._recipe.recipe import Recipe
 from ..client.watch import Watch
 from ..codecs import Codec, ValueT, as_codec
 from ..errors import ClientClosedError, EtcdRecipeError, EtcdTimeoutError, InvalidArgumentError
-from ..events import ConnectionState, WatchResubscribed, WatchSuspended
+from ..events import (
+    ConnectionState,
+    WatchRecoveryEvent,
+    WatchResubscribed,
+    WatchResynced,
+    WatchSuspended,
+)
 from ..resilience import RetryPolicy
 from ..types import KeyValue, WatchEvent, WatchProgress
 from ._reads import read_range, restored, unchanged_since
@@ -158,6 +164,7 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
             current=self._current_batch,
             listeners_start_current=True,
         )
+        self._recovery: Broadcast[WatchRecoveryEvent] = self._broadcast("watch-recovery")
         self._cluster_id = 0
         self._resyncs = 0
         self._last_resync = 0.0
@@ -209,6 +216,23 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
             await cache.aclose()
         """
         return self._batches.stream(maxsize)
+
+    def recovery_events(
+        self, maxsize: int = DEFAULT_STREAM_BUFFER
+    ) -> EventStream[WatchRecoveryEvent]:
+        """Each later recovery of the cache's watch, as an async iterator ending at close:
+        ``WatchSuspended``, ``WatchResubscribed`` (the changes made meanwhile replayed),
+        ``WatchResynced`` (compacted or restored: the difference re-read, as a ``RESYNC``
+        batch; ``compact_revision`` is at least where the cache lost track), ``WatchFailed``.
+
+        Example::
+
+            from etcd_recipes import PrefixCache
+
+            async with PrefixCache(client, f"{prefix}/rec/") as cache:
+                assert cache.recovery_events().buffered == 0  # nothing to recover from
+        """
+        return self._recovery.stream(maxsize)
 
     def _current_batch(self) -> CacheBatch[ValueT] | None:
         """What a reader registered after the load starts with: the content now."""
@@ -424,7 +448,9 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
                 delay = _RESYNC_BACKOFF.next_delay(failures, 0.0) or 30.0
                 await asyncio.sleep(delay)
                 with contextlib.suppress(Exception):
-                    await self._resync(f"the watch failed ({exc!r})")
+                    lost_at = self._revision
+                    anchor = await self._resync(f"the watch failed ({exc!r})")
+                    self._report_resynced(lost_at, anchor)
                     failures = 0
 
     async def _follow(self, watch: Watch) -> bool:
@@ -450,15 +476,25 @@ class PrefixCache(_CacheReads[ValueT], Recipe, Generic[ValueT]):
                         self._advance(item.revision)
                     continue
                 self._on_recovery_event(item)
+                self._recovery.publish(item)
                 if isinstance(item, WatchSuspended):
                     self._synced = False
                 elif isinstance(item, WatchResubscribed):
                     if await self._restored():
-                        await self._resync("history was compacted, or the server restored")
+                        lost_at = self._revision
+                        why = "history was compacted, or the server restored"
+                        anchor = await self._resync(why)
+                        self._report_resynced(lost_at, anchor)
                         return True
                     self._synced = True
                     self._wake()
         return False
+
+    def _report_resynced(self, lost_at: int, anchor: int) -> None:
+        """A re-read the watch did not report (a restore, a compaction found on resubscribe)."""
+        event = WatchResynced(self._key, lost_at, anchor)
+        self._on_recovery_event(event)
+        self._recovery.publish(event)
 
     def _watching(self) -> None:
         """A watch from the cache's revision + 1 is live: nothing is missing any more, even

@@ -15,6 +15,7 @@ from . import _dev as _dev  # registers dev
 from . import _queues as _queues  # registers queue, dlq show
 from . import _recipes as _recipes  # registers semaphore, election resign, discovery, cache
 from . import _revoke as _revoke  # registers lock revoke (after _commands: the lock group)
+from . import _shared as _shared  # registers shared get
 from . import _status as _status  # registers status
 from ._app import Exit, app
 

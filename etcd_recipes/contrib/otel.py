@@ -218,6 +218,9 @@ class OpenTelemetryMetrics(EtcdMetrics):
         self._cache_entries = meter.create_up_down_counter(
             p + "cache.entries", "{entry}", "Entries held by caches."
         )
+        self._shared_writes = meter.create_counter(
+            p + "shared_value.writes", "{write}", "Writes of shared values."
+        )
         self._latency = histogram(p + "recipe.latency", "The v1 recipe latencies.", long)
 
     def __repr__(self) -> str:
@@ -291,6 +294,11 @@ class OpenTelemetryMetrics(EtcdMetrics):
     def cache_size_changed(self, recipe: str, name: str, delta: int) -> None:
         """Adds ``delta`` to ``etcd_recipes.cache.entries``."""
         self._cache_entries.add(delta, {"recipe": recipe, "name": name})
+
+    def shared_value_written(self, recipe: str, name: str, operation: str, outcome: str) -> None:
+        """Adds 1 to ``etcd_recipes.shared_value.writes``."""
+        attrs = {"recipe": recipe, "name": name, "operation": operation, "outcome": outcome}
+        self._shared_writes.add(1, attrs)
 
     def start_span(
         self, recipe: str, name: str, operation: str, path: str, attributes: Mapping[str, object]

@@ -220,6 +220,9 @@ class PrometheusMetrics(EtcdMetrics):
             "cache_sync", "Full loads of a cache.", (*recipe, "kind"), long
         )
         self._cache_entries = gauge("cache_entries", "Entries held by caches.", recipe)
+        self._shared_writes = counter(
+            "shared_value_writes", "Writes of shared values.", (*recipe, "operation", "outcome")
+        )
         self._latency = histogram(
             "recipe_latency", "Recipe-level latencies (the v1 record_latency).", ("name",), long
         )
@@ -228,6 +231,7 @@ class PrometheusMetrics(EtcdMetrics):
             self._lock_wait, self._lock_hold, self._transitions, self._leader, self._barrier,
             self._queue, self._redeliveries, self._cache_sync, self._cache_entries,
             self._latency,
+            self._shared_writes,
         )  # fmt: skip
         _register_all(self.registry, self._all)
         # labels() validates and locks on every call (~2 us); the label sets are few (no key,
@@ -329,6 +333,10 @@ class PrometheusMetrics(EtcdMetrics):
     def cache_size_changed(self, recipe: str, name: str, delta: int) -> None:
         """Moves ``<ns>_cache_entries`` by ``delta``."""
         self._cache_entries.labels(recipe, name).inc(delta)
+
+    def shared_value_written(self, recipe: str, name: str, operation: str, outcome: str) -> None:
+        """Counts ``<ns>_shared_value_writes_total``."""
+        self._child(self._shared_writes, recipe, name, operation, outcome).inc()
 
 
 # -- opt-in collectors that read etcd ----------------------------------------------------------

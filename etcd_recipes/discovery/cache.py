@@ -31,6 +31,7 @@ from ..caches.events import CacheBatch
 from ..caches.prefix import PrefixCache
 from ..codecs import Codec
 from ..errors import CodecError
+from ..events import WatchRecoveryEvent
 from ._keys import service_prefix
 from .instance import PayloadT, ServiceInstance
 
@@ -193,6 +194,14 @@ class ServiceCache(Recipe, Generic[PayloadT]):
                 assert event.value.port == 8080
         """
         return self._cache.events(maxsize)
+
+    def recovery_events(
+        self, maxsize: int = DEFAULT_STREAM_BUFFER
+    ) -> EventStream[WatchRecoveryEvent]:
+        """Each later recovery of the cache's watch (``WatchSuspended``,
+        ``WatchResubscribed``, ``WatchResynced``, ``WatchFailed``); see
+        :meth:`PrefixCache.recovery_events <etcd_recipes.PrefixCache.recovery_events>`."""
+        return self._cache.recovery_events(maxsize)
 
     def add_listener(
         self, listener: Callable[[CacheBatch[ServiceInstance[PayloadT]]], Any]

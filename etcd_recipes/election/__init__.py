@@ -21,7 +21,10 @@ Python and JVM processes alike):
 * ``<path>/LEADER`` = ``"<client_id>:<7 random chars>"`` on a **per-term lease that is never
   healed**, created with ``If(version == 0)``;
 * ``<path>/participants/<client_id>`` = ``client_id`` on a **self-healing** lease, created with
-  ``If(version == 0)``, present while an instance is a candidate.
+  ``If(version == 0)``, present while an instance is a candidate;
+* ``<path>/LEADER/value`` (this library only; the JVM library ignores it) = the value the leader
+  proclaimed (``proclaim()``), on the term's lease, written only while that term's LEADER key
+  exists with its fencing token and lease; an observer counts it only for the term that wrote it.
 
 Guarantees:
 

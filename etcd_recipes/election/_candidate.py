@@ -31,6 +31,7 @@ from .._recipe.recipe import Recipe
 from .._recipe.waiting import wait_for_change
 from ..client.lease import AcquisitionLease, SelfHealingLease
 from ..client.watch import Watch
+from ..codecs import to_bytes
 from ..errors import (
     DuplicateParticipantError,
     EtcdConnectionError,
@@ -53,7 +54,7 @@ from ..events import (
 )
 from ..resilience import RetryPolicy
 from ..types import TxnResult, WatchEvent
-from ._keys import is_delete, leader_key, participants_prefix
+from ._keys import is_delete, leader_key, participants_prefix, proclaimed_key
 from .terms import LeadershipTerm, Participant, get_participants
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ class _Candidate(Recipe):
         self.lease_ttl: int = check_ttl(lease_ttl, what="lease_ttl")
         """Seconds: the TTL of each term's lease and of the participation key's lease."""
         self._leader = leader_key(path)
+        self._proclaimed = proclaimed_key(path)
         self._participant = append_to_path(participants_prefix(path), self.client_id)
         self._participation: SelfHealingLease | None = None
         self._term: LeadershipTerm | None = None
@@ -147,6 +149,47 @@ class _Candidate(Recipe):
         if term is None or not term.is_current:
             raise LeadershipLostError(f"{self.exception_context}: not the leader")
         return await self._client.txn([term.compare(), *extra], success, failure)
+
+    async def proclaim(self, value: bytes | str) -> int:
+        """Announce ``value`` for the current term without a new term (Go's
+        ``Election.Proclaim``): observers report it as ``Elected.value``, with the same leader
+        and fencing token. Returns the revision of the write.
+
+        A guarded put: it commits only while this term's LEADER key exists with its fencing
+        token and its lease, so a deposed leader cannot proclaim -- it raises
+        :class:`~etcd_recipes.errors.LeadershipLostError` then (also when this instance does
+        not lead), and nothing is written. The value lives on the term's lease: it goes with
+        the term.
+
+        Example::
+
+            from etcd_recipes import Elected, LeaderLatch, LeaderObserver
+
+            async with LeaderLatch(client, f"{prefix}/election") as latch:
+                assert await latch.await_leadership(timeout=10)
+                async with LeaderObserver(client, f"{prefix}/election") as observer:
+                    events = observer.events()
+                    assert (await anext(events)).value is None  # nothing proclaimed yet
+                    await latch.proclaim("10.0.0.7:8080")
+                    event = await anext(events)
+                    assert isinstance(event, Elected) and event.value == b"10.0.0.7:8080"
+                    assert event.fencing_token == latch.fencing_token  # the same term
+        """
+        data = to_bytes(value)
+        self._check_open()
+        term = self._term
+        if term is None or not term.is_current:
+            raise LeadershipLostError(f"{self.exception_context}: not the leader; not proclaimed")
+        result = await self._client.txn(
+            [term.compare(), Cmp.lease(self._leader) == term.lease_id],
+            [Op.put(self._proclaimed, data, lease=term.lease_id)],
+        )
+        if not result.succeeded:
+            raise LeadershipLostError(
+                f"{self.exception_context}: the term {term.fencing_token} is over in etcd; "
+                "not proclaimed"
+            )
+        return result.revision
 
     def add_leadership_listener(self, listener: Callable[[bool], Any]) -> None:
         """Call ``listener(True)`` when this instance becomes leader and ``listener(False)``

@@ -1,5 +1,7 @@
 """The election's key layout (shared with the Kotlin library): ``<path>/LEADER`` holds
 ``"<client_id>:<7 random chars>"``; ``<path>/participants/<client_id>`` holds ``client_id``.
+This library adds ``<path>/LEADER/value``: the value a leader proclaimed, on its term's lease
+(the JVM library neither writes nor reads it).
 
 Private to the election family.
 """
@@ -14,6 +16,12 @@ _SUFFIX = 1 + TOKEN_LENGTH  # ":" + the random token of a LEADER value
 
 def leader_key(path: str) -> str:
     return append_to_path(path, "LEADER")
+
+
+def proclaimed_key(path: str) -> str:
+    """Where a term's proclaimed value lives (on the term's lease; valid only while its lease
+    is the LEADER key's and it was written after the LEADER key was created)."""
+    return append_to_path(path, "LEADER/value")
 
 
 def participants_prefix(path: str) -> str:

@@ -6,10 +6,11 @@ They use the election's own key layout (``<path>/LEADER`` = ``"<client_id>:<7 ch
 per-term lease, see :mod:`etcd_recipes.election`).
 
 Guaranteed: :func:`resign_leader` ends exactly the term it read -- it revokes that term's lease
-(a per-term lease carries only the LEADER key and is never healed, so a later term, on a new
-lease, is untouched), or, for a LEADER key without a lease, deletes it guarded by its create
-revision (the fencing token). The leader sees its term lost and steps down (a
-:class:`~etcd_recipes.LeaderLatch` then contests again and may win a new term).
+(a per-term lease carries only the LEADER key and the value the term proclaimed, and is never
+healed, so a later term, on a new lease, is untouched), or, for a LEADER key without a lease,
+deletes it guarded by its create revision (the fencing token). The leader sees its term lost
+and steps down (a :class:`~etcd_recipes.LeaderLatch` then contests again and may win a new
+term).
 
 Not guaranteed: the old leader notices only when its watch or keep-alive tells it (normally at
 once, later while it is partitioned); until then it may still believe it leads -- fence its

@@ -6,8 +6,12 @@ so after a reconnect etcd replays what happened meanwhile and every term is repo
 order, with its fencing token. When that history is gone (compacted while the observer was
 cut off, or a watch that resumed from "now"), it reports :class:`LeadershipGap` -- terms may
 have been missed -- followed by the current state read from etcd. It never reports a stale
-leader after a recovery. It reports states (who leads now), observed through one watch; it
-does not run for the election.
+leader after a recovery. It reports states (who leads now, and the value the leader
+proclaimed: :meth:`LeaderSelector.proclaim <etcd_recipes.LeaderSelector.proclaim>`), observed
+through one watch of the LEADER key and the term's proclaimed value; it does not run for the
+election. A proclamation is reported as an :class:`Elected` with the same leader and fencing
+token and the new ``value``; a value left by an earlier term (on another lease, or written
+before the current LEADER key) is never reported as the current term's.
 """
 
 from __future__ import annotations
@@ -22,8 +26,8 @@ from .._core.validate import check_count
 from .._recipe.recipe import Recipe
 from ..errors import EtcdRecipeError, WatchFailedError
 from ..events import ConnectionState, WatchFailed, WatchResubscribed
-from ..types import EventType, RangeResult, WatchEvent
-from ._keys import leader_key, leader_name
+from ..types import EventType, KeyValue, RangeResult, WatchEvent
+from ._keys import leader_key, leader_name, proclaimed_key
 from .terms import Elected, LeadershipEvent, LeadershipGap, Vacated
 
 if TYPE_CHECKING:
@@ -61,6 +65,9 @@ class LeaderObserver(Recipe):
     def __init__(self, client: EtcdClient, path: str, *, metrics_name: str = "") -> None:
         super().__init__(client, path, metrics_name=metrics_name)
         self._leader = leader_key(path)
+        self._said = proclaimed_key(path)
+        self._keys = (self._leader.encode(), self._said.encode())
+        self._kvs: dict[bytes, KeyValue] = {}  # the LEADER key and the proclaimed value
         self._current: Elected | None = None
         self._revision = 0
         self._listeners = ListenerSet("leadership-event", self._record_listener_error)
@@ -108,18 +115,28 @@ class LeaderObserver(Recipe):
         self._check_started()
         return self._events.stream(maxsize)
 
+    async def _read(self) -> RangeResult:
+        """One read of the LEADER key and the proclaimed value (the range between them holds
+        nothing else of this election's layout; other keys in it are ignored)."""
+        return await self._client.range(self._leader, range_end=self._keys[1] + b"\0")
+
     async def _do_start(self) -> None:
-        read = await self._client.range(self._leader)
+        read = await self._read()
         self._apply_read(read, notify=False)
         self._spawn(self._observe(read.revision), "watch")
 
     async def _observe(self, revision: int) -> None:
         async def resync() -> int:  # the history since self._revision was compacted
-            read = await self._client.range(self._leader)
+            read = await self._read()
             self._apply_gap(read)
             return read.revision + 1
 
-        watch = self._client.watch(self._leader, start_revision=revision + 1, resync=resync)
+        watch = self._client.watch(
+            self._leader,
+            range_end=self._keys[1] + b"\0",
+            start_revision=revision + 1,
+            resync=resync,
+        )
         failure: EtcdRecipeError
         try:
             async with watch:
@@ -131,7 +148,7 @@ class LeaderObserver(Recipe):
                     if isinstance(item, WatchResubscribed) and item.resume_revision == 0:
                         # Resumed from "now": what happened meanwhile will not be replayed.
                         try:
-                            self._apply_gap(await self._client.range(self._leader))
+                            self._apply_gap(await self._read())
                         except EtcdRecipeError as exc:  # the watch's own events still follow
                             self._record_exception(exc, "re-read")
                     # Otherwise the watch resumed where it stopped: etcd replays every change
@@ -148,35 +165,54 @@ class LeaderObserver(Recipe):
         self._set_state(ConnectionState.LOST)
         self._events.fail(failure)
 
+    def _leadership(self) -> Elected | None:
+        """The state the last seen LEADER key and proclaimed value make: the value counts
+        only if it is on the LEADER key's lease and was written after that key was created."""
+        kv = self._kvs.get(self._keys[0])
+        if kv is None:
+            return None
+        said = self._kvs.get(self._keys[1])
+        if said is not None and (said.lease != kv.lease or said.mod_revision <= kv.create_revision):
+            said = None  # an earlier term's
+        value = said.value if said is not None else None
+        return Elected(leader_name(kv.value), kv.create_revision, value)
+
+    def _take(self, read: RangeResult) -> None:
+        self._revision = read.revision
+        self._kvs = {kv.key: kv for kv in read.kvs if kv.key in self._keys}
+
     def _apply_read(self, read: RangeResult, *, notify: bool = True) -> None:
         if read.revision < self._revision:
             return
-        self._revision = read.revision
-        kv = read.kvs[0] if read.kvs else None
-        self._set(Elected(leader_name(kv.value), kv.create_revision) if kv else None, notify)
+        self._take(read)
+        self._set(self._leadership(), notify)
 
     def _apply_gap(self, read: RangeResult) -> None:
         """Apply a read made after history was lost: unless the same term still holds, say
         that terms may have been missed, then report the current state (even if unchanged)."""
         if read.revision < self._revision:
             return
-        after, self._revision = self._revision, read.revision
-        kv = read.kvs[0] if read.kvs else None
-        new = Elected(leader_name(kv.value), kv.create_revision) if kv else None
-        if new is not None and new == self._current:
-            return  # the term we reported is still current: none can have been missed
+        after = self._revision
+        self._take(read)
+        new = self._leadership()
+        current = self._current
+        if new is not None and current is not None and new.fencing_token == current.fencing_token:
+            self._set(new)  # the same term (its value may have changed): none was missed
+            return
         self._current = new
         self._publish(LeadershipGap(after, read.revision))
         self._publish(new if new is not None else Vacated())
 
     def _apply_event(self, event: WatchEvent) -> None:
-        if event.kv.mod_revision <= self._revision:
-            return  # already reflected by a later read
+        if event.kv.mod_revision < self._revision or event.kv.key not in self._keys:
+            return  # already reflected by a later read, or not this election's key
+        # Two keys can change at one revision (a lease expiry deletes both): apply each.
         self._revision = event.kv.mod_revision
         if event.type is EventType.PUT:
-            self._set(Elected(leader_name(event.kv.value), event.kv.create_revision))
+            self._kvs[event.kv.key] = event.kv
         else:
-            self._set(None)
+            self._kvs.pop(event.kv.key, None)
+        self._set(self._leadership())
 
     def _set(self, new: Elected | None, notify: bool = True) -> None:
         if new == self._current:

@@ -56,7 +56,11 @@ class Participant:
 
 @dataclass(frozen=True)
 class Elected:
-    """``leader`` (a client id) holds the term whose fencing token is ``fencing_token``.
+    """``leader`` (a client id) holds the term whose fencing token is ``fencing_token``;
+    ``value`` is what the leader proclaimed in this term (``proclaim()``), or ``None``.
+
+    An ``Elected`` with the fencing token of the one before is not a new term: the leader
+    proclaimed a new value.
 
     Example::
 
@@ -72,6 +76,7 @@ class Elected:
 
     leader: str
     fencing_token: int
+    value: bytes | None = None
 
 
 @dataclass(frozen=True)

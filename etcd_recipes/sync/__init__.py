@@ -186,6 +186,7 @@ from etcd_recipes.resilience import (
     RpcResilience,
     WatchResilience,
 )
+from etcd_recipes.shared.value import Versioned
 from etcd_recipes.stm.stm import Isolation
 from etcd_recipes.sync._core.streams import EventStream
 from etcd_recipes.sync._recipe.recipe import Recipe
@@ -228,6 +229,8 @@ from etcd_recipes.sync.queues.fifo import DistributedQueue
 from etcd_recipes.sync.queues.item import WorkItem
 from etcd_recipes.sync.queues.priority import DistributedPriorityQueue
 from etcd_recipes.sync.queues.work import DistributedWorkQueue
+from etcd_recipes.sync.shared.count import SharedCount
+from etcd_recipes.sync.shared.value import SharedValue
 from etcd_recipes.sync.stm.stm import STM, run_stm
 from etcd_recipes.types import (
     Alarm,
@@ -395,6 +398,8 @@ __all__ = [
     "ServiceProvider",
     "ServiceRegistry",
     "ServiceType",
+    "SharedCount",
+    "SharedValue",
     "SortOrder",
     "SortTarget",
     "StartMode",
@@ -412,6 +417,7 @@ __all__ = [
     "UsageError",
     "Vacated",
     "ValueTooLargeError",
+    "Versioned",
     "Watch",
     "WatchEvent",
     "WatchFailed",

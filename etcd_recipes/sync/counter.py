@@ -80,6 +80,22 @@ class DistributedAtomicLong(Recipe, twin_of=_async.DistributedAtomicLong):
         """
         return self._rt.call(self._a.add, delta)
 
+    def compare_and_set(self, expected: int, new: int) -> bool:
+        """Set the value to ``new`` only if it is ``expected`` now: one transaction comparing
+        the stored bytes (a missing key is created with the default first). ``False``: the
+        value was not ``expected``; nothing was written.
+
+        Example::
+
+            from etcd_recipes.sync import DistributedAtomicLong
+
+            with DistributedAtomicLong(client, f"{prefix}/slots", default=5) as counter:
+                assert counter.compare_and_set(5, 4)
+                assert not counter.compare_and_set(5, 3)  # it is 4 now
+                assert counter.get() == 4
+        """
+        return self._rt.call(self._a.compare_and_set, expected, new)
+
     @staticmethod
     def delete(client: EtcdClient, path: str) -> bool:
         """Delete the counter's key; True if it existed.

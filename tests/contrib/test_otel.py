@@ -108,6 +108,7 @@ def test_every_event_lands_in_its_instrument() -> None:
     s.cache_synced("PrefixCache", "users", "initial", 0.2, 10)
     s.cache_size_changed("PrefixCache", "users", 10)
     s.cache_size_changed("PrefixCache", "users", -4)
+    s.shared_value_written("SharedCount", "workers", "set", "ok")
     s.record_latency("queue.dequeue", 0.3)
     p = rig.points()
 
@@ -136,6 +137,8 @@ def test_every_event_lands_in_its_instrument() -> None:
     users = {"recipe": "PrefixCache", "name": "users"}
     assert p[_key("etcd_recipes.cache.sync.duration", **users, kind="initial")].count == 1
     assert p[_key("etcd_recipes.cache.entries", **users)].value == 6
+    workers = {"recipe": "SharedCount", "name": "workers", "operation": "set", "outcome": "ok"}
+    assert p[_key("etcd_recipes.shared_value.writes", **workers)].value == 1
     assert p[_key("etcd_recipes.recipe.latency", name="queue.dequeue")].count == 1
     # Keys and lease ids are never attributes.
     values = {v for _, attrs in p for _, v in attrs}

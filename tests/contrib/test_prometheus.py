@@ -85,6 +85,8 @@ def _scenario(sink: PrometheusMetrics) -> None:
     sink.cache_synced("PrefixCache", "users", "resync", 0.125, 98)
     sink.cache_size_changed("PrefixCache", "users", 100)
     sink.cache_size_changed("PrefixCache", "users", -2)
+    sink.shared_value_written("SharedValue", "config", "try_set", "conflict")
+    sink.shared_value_written("SharedValue", "config", "try_set", "ok")
     sink.record_latency("queue.dequeue", 0.75)
 
 
@@ -104,6 +106,9 @@ def test_the_scenario_matches_the_golden_exposition() -> None:
     assert registry.get_sample_value("etcd_recipes_leader", leader) == 0
     entries = {"recipe": "PrefixCache", "name": "users"}
     assert registry.get_sample_value("etcd_recipes_cache_entries", entries) == 98
+    shared = {"recipe": "SharedValue", "name": "config", "operation": "try_set"}
+    written = "etcd_recipes_shared_value_writes_total"
+    assert registry.get_sample_value(written, {**shared, "outcome": "conflict"}) == 1
 
 
 def test_every_histogram_family_has_about_ten_buckets_reaching_minutes() -> None:

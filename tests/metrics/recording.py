@@ -139,6 +139,9 @@ class RecordingMetrics(EtcdMetrics):
     def cache_size_changed(self, recipe: str, name: str, delta: int) -> None:
         self._add("cache_size_changed", (recipe, name, delta))
 
+    def shared_value_written(self, recipe: str, name: str, operation: str, outcome: str) -> None:
+        self._add("shared_value_written", (recipe, name, operation, outcome))
+
     def start_span(
         self, recipe: str, name: str, operation: str, path: str, attributes: Mapping[str, object]
     ) -> MetricsSpan | None:

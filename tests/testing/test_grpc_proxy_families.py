@@ -10,6 +10,7 @@ import asyncio
 import pytest
 
 from etcd_recipes import (
+    INT64,
     DistributedAtomicLong,
     DistributedBarrier,
     DistributedMutex,
@@ -20,6 +21,7 @@ from etcd_recipes import (
     ServiceCache,
     ServiceInstance,
     ServiceRegistry,
+    SharedCount,
     TransientKeyValue,
     connect,
     run_stm,
@@ -149,3 +151,22 @@ async def test_stm_transfers_keep_the_total(proxied, etcd_client, etcd_prefix):
     await asyncio.gather(*runs)
     balances = [int(kv.value) for kv in (await etcd_client.get_prefix(etcd_prefix + "acct/")).kvs]
     assert sum(balances) == 300 and balances != [100, 100, 100]
+
+
+async def test_shared_values_compare_and_set_and_watch(proxied, etcd_client, etcd_prefix):
+    a, b = proxied
+    path = etcd_prefix + "shared"
+    async with SharedCount(a, path) as mine, SharedCount(b, path) as theirs:
+        changes = mine.changes()
+        assert (await anext(changes)).value == 0
+
+        async def bump(count: SharedCount) -> None:
+            for _ in range(5):
+                while not await count.try_set((seen := await count.get()).value + 1, seen.version):
+                    pass
+
+        await asyncio.gather(bump(mine), bump(theirs))
+        seen = [(await anext(changes)).value for _ in range(10)]
+        assert seen == list(range(1, 11))  # every write, once, in order, through the proxy
+    kv = await etcd_client.get(path)
+    assert kv is not None and kv.lease == 0 and INT64.decode(kv.value) == 10

@@ -12,6 +12,7 @@ from etcd_recipes._core.streams import DEFAULT_STREAM_BUFFER
 from etcd_recipes.caches import children as _async
 from etcd_recipes.caches.children import ChildData, PathChildrenCacheEvent, StartMode
 from etcd_recipes.codecs import Codec
+from etcd_recipes.events import WatchRecoveryEvent
 from etcd_recipes.sync._recipe.recipe import Recipe
 from etcd_recipes.sync._runtime.twin import check_twin
 
@@ -112,6 +113,17 @@ class PathChildrenCache(Recipe, Generic[ValueT], twin_of=_async.PathChildrenCach
         ``INITIALIZED``."""
         value = self._rt.call_sync(self._a.events, maxsize)
         result: EventStream[PathChildrenCacheEvent[ValueT]] = self._twin(value)
+        return result
+
+    def recovery_events(
+        self, maxsize: int = DEFAULT_STREAM_BUFFER
+    ) -> EventStream[WatchRecoveryEvent]:
+        """Each later recovery of the cache's watch (``WatchSuspended``,
+        ``WatchResubscribed``, ``WatchResynced`` -- after which the children found changed
+        come as ``synthetic`` events --, ``WatchFailed``); see
+        :meth:`PrefixCache.recovery_events <etcd_recipes.PrefixCache.recovery_events>`."""
+        value = self._rt.call_sync(self._a.recovery_events, maxsize)
+        result: EventStream[WatchRecoveryEvent] = self._twin(value)
         return result
 
     def add_listener(self, listener: Callable[[PathChildrenCacheEvent[ValueT]], Any]) -> None:

@@ -13,6 +13,7 @@ from etcd_recipes.caches import node as _async
 from etcd_recipes.caches.events import CacheEntry
 from etcd_recipes.caches.node import NodeCacheEvent
 from etcd_recipes.codecs import Codec
+from etcd_recipes.events import WatchRecoveryEvent
 from etcd_recipes.sync._recipe.recipe import Recipe
 from etcd_recipes.sync._runtime.twin import check_twin
 
@@ -88,6 +89,17 @@ class NodeCache(Recipe, Generic[ValueT], twin_of=_async.NodeCache):
         :class:`~etcd_recipes.EventStream`)."""
         value = self._rt.call_sync(self._a.events, maxsize)
         result: EventStream[NodeCacheEvent[ValueT]] = self._twin(value)
+        return result
+
+    def recovery_events(
+        self, maxsize: int = DEFAULT_STREAM_BUFFER
+    ) -> EventStream[WatchRecoveryEvent]:
+        """Each later recovery of the cache's watch (``WatchSuspended``,
+        ``WatchResubscribed``, ``WatchResynced`` -- after which a change found by the re-read
+        comes as a ``synthetic`` event --, ``WatchFailed``); see
+        :meth:`PrefixCache.recovery_events <etcd_recipes.PrefixCache.recovery_events>`."""
+        value = self._rt.call_sync(self._a.recovery_events, maxsize)
+        result: EventStream[WatchRecoveryEvent] = self._twin(value)
         return result
 
     def add_listener(self, listener: Callable[[NodeCacheEvent[ValueT]], Any]) -> None:

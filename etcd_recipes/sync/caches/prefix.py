@@ -13,6 +13,7 @@ from etcd_recipes.caches import prefix as _async
 from etcd_recipes.caches.events import CacheBatch, CacheEntry, IndexFn, KeyFilter, Transform
 from etcd_recipes.codecs import Codec
 from etcd_recipes.errors import CodecError
+from etcd_recipes.events import WatchRecoveryEvent
 from etcd_recipes.sync._recipe.recipe import Recipe
 from etcd_recipes.sync._runtime.twin import check_twin
 
@@ -116,6 +117,25 @@ class PrefixCache(Recipe, Generic[ValueT], twin_of=_async.PrefixCache):
         """
         value = self._rt.call_sync(self._a.events, maxsize)
         result: EventStream[CacheBatch[ValueT]] = self._twin(value)
+        return result
+
+    def recovery_events(
+        self, maxsize: int = DEFAULT_STREAM_BUFFER
+    ) -> EventStream[WatchRecoveryEvent]:
+        """Each later recovery of the cache's watch, as a blocking iterator ending at close:
+        ``WatchSuspended``, ``WatchResubscribed`` (the changes made meanwhile replayed),
+        ``WatchResynced`` (compacted or restored: the difference re-read, as a ``RESYNC``
+        batch; ``compact_revision`` is at least where the cache lost track), ``WatchFailed``.
+
+        Example::
+
+            from etcd_recipes.sync import PrefixCache
+
+            with PrefixCache(client, f"{prefix}/rec/") as cache:
+                assert cache.recovery_events().buffered == 0  # nothing to recover from
+        """
+        value = self._rt.call_sync(self._a.recovery_events, maxsize)
+        result: EventStream[WatchRecoveryEvent] = self._twin(value)
         return result
 
     def add_listener(self, listener: Callable[[CacheBatch[ValueT]], Any]) -> None:

@@ -13,6 +13,7 @@ from etcd_recipes.caches.events import CacheBatch
 from etcd_recipes.codecs import Codec
 from etcd_recipes.discovery import cache as _async
 from etcd_recipes.discovery.instance import ServiceInstance
+from etcd_recipes.events import WatchRecoveryEvent
 from etcd_recipes.sync._recipe.recipe import Recipe
 from etcd_recipes.sync._runtime.twin import check_twin
 
@@ -116,6 +117,16 @@ class ServiceCache(Recipe, Generic[PayloadT], twin_of=_async.ServiceCache):
         """
         value = self._rt.call_sync(self._a.events, maxsize)
         result: EventStream[CacheBatch[ServiceInstance[PayloadT]]] = self._twin(value)
+        return result
+
+    def recovery_events(
+        self, maxsize: int = DEFAULT_STREAM_BUFFER
+    ) -> EventStream[WatchRecoveryEvent]:
+        """Each later recovery of the cache's watch (``WatchSuspended``,
+        ``WatchResubscribed``, ``WatchResynced``, ``WatchFailed``); see
+        :meth:`PrefixCache.recovery_events <etcd_recipes.PrefixCache.recovery_events>`."""
+        value = self._rt.call_sync(self._a.recovery_events, maxsize)
+        result: EventStream[WatchRecoveryEvent] = self._twin(value)
         return result
 
     def add_listener(

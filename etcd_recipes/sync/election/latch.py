@@ -160,6 +160,33 @@ class LeaderLatch(Recipe, twin_of=_async.LeaderLatch):
         """
         return self._rt.call(self._a.guarded_txn, success, failure, extra=extra)
 
+    def proclaim(self, value: bytes | str) -> int:
+        """Announce ``value`` for the current term without a new term (Go's
+        ``Election.Proclaim``): observers report it as ``Elected.value``, with the same leader
+        and fencing token. Returns the revision of the write.
+
+        A guarded put: it commits only while this term's LEADER key exists with its fencing
+        token and its lease, so a deposed leader cannot proclaim -- it raises
+        :class:`~etcd_recipes.errors.LeadershipLostError` then (also when this instance does
+        not lead), and nothing is written. The value lives on the term's lease: it goes with
+        the term.
+
+        Example::
+
+            from etcd_recipes.sync import Elected, LeaderLatch, LeaderObserver
+
+            with LeaderLatch(client, f"{prefix}/election") as latch:
+                assert latch.await_leadership(timeout=10)
+                with LeaderObserver(client, f"{prefix}/election") as observer:
+                    events = observer.events()
+                    assert (next(events)).value is None  # nothing proclaimed yet
+                    latch.proclaim("10.0.0.7:8080")
+                    event = next(events)
+                    assert isinstance(event, Elected) and event.value == b"10.0.0.7:8080"
+                    assert event.fencing_token == latch.fencing_token  # the same term
+        """
+        return self._rt.call(self._a.proclaim, value)
+
     def add_leadership_listener(self, listener: Callable[[bool], Any]) -> None:
         """Call ``listener(True)`` when this instance becomes leader and ``listener(False)``
         when it stops (term ended, lost, or closed) -- the Kotlin library's ``isLeader()`` /
