@@ -14,7 +14,8 @@ unit, one line per row; a row's floor -- etcd's own cost of the same reads, meas
 it -- dashed in the same colour) and prints a table with each row's **growth per 10x of N**
 (the largest ``(v2 / v1) ** (1 / log10(n2 / n1))`` between neighbouring sizes: 1.0 is flat,
 10.0 linear). A row growing more than 1.5x per 10x is marked ``follows floor`` when its ratio
-to its floor grows at most 1.5x per 10x, else ``FINDING``.
+to its floor grows at most 1.5x per 10x, ``etcd's own (a floor)`` when it is a floor itself,
+else ``FINDING``.
 
 The family interface (``benchmarks/scale_families/_api.py``)::
 
@@ -95,6 +96,8 @@ def verdict(row: Row, rows: dict[str, Row]) -> tuple[float, float | None, str]:
         return g, relative, "-"
     if g <= LIMIT:
         return g, relative, "flat"
+    if any(other.floor == row.name for other in rows.values()):
+        return g, relative, "etcd's own (a floor)"
     if relative is not None and relative <= LIMIT:
         return g, relative, "follows floor"
     return g, relative, "FINDING"
