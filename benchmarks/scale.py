@@ -14,8 +14,9 @@ unit, one line per row; a row's floor -- etcd's own cost of the same reads, meas
 it -- dashed in the same colour) and prints a table with each row's **growth per 10x of N**
 (the largest ``(v2 / v1) ** (1 / log10(n2 / n1))`` between neighbouring sizes: 1.0 is flat,
 10.0 linear). A row growing more than 1.5x per 10x is marked ``follows floor`` when its ratio
-to its floor grows at most 1.5x per 10x, ``etcd's own (a floor)`` when it is a floor itself,
-else ``FINDING``.
+to its floor grows at most 1.5x per 10x, ``etcd's own (a floor)`` when it is a floor itself
+(a row some other row names as its floor, or whose name starts with ``floor``), else
+``FINDING``.
 
 The family interface (``benchmarks/scale_families/_api.py``)::
 
@@ -96,7 +97,7 @@ def verdict(row: Row, rows: dict[str, Row]) -> tuple[float, float | None, str]:
         return g, relative, "-"
     if g <= LIMIT:
         return g, relative, "flat"
-    if any(other.floor == row.name for other in rows.values()):
+    if row.name.startswith("floor") or any(o.floor == row.name for o in rows.values()):
         return g, relative, "etcd's own (a floor)"
     if relative is not None and relative <= LIMIT:
         return g, relative, "follows floor"
@@ -162,6 +163,27 @@ def plot(result: FamilyResult, path: Path) -> None:
     plt.close(fig)
 
 
+def markdown(data: dict[str, Any]) -> str:
+    """A family's JSON as the README's table: a row per curve, its points and growth."""
+    sizes = [str(n) for n in data["sizes"]]
+    lines = [
+        "| row | unit | "
+        + " | ".join(f"{int(n):,}" for n in sizes)
+        + " | growth/10x | vs floor | verdict |",
+        "|---|---|" + "---|" * len(sizes) + "---|---|---|",
+    ]
+    for row in data["rows"]:
+        cells = [f"{row['points'][n]:.3g}" if n in row["points"] else "-" for n in sizes]
+        g, rel = row["growth_per_10x"], row["growth_vs_floor"]
+        verdict = f"**{row['verdict']}**" if row["verdict"] == "FINDING" else row["verdict"]
+        lines.append(
+            f"| {row['name']} | {row['unit']} | {' | '.join(cells)} | "
+            f"{'-' if g is None else f'{g:.2f}'} | {'' if rel is None else f'{rel:.2f}'} | "
+            f"{verdict} |"
+        )
+    return "\n".join(lines)
+
+
 def git_commit() -> str:
     try:
         done = subprocess.run(
@@ -213,6 +235,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs per size (medians)")
     parser.add_argument("--endpoint")
     parser.add_argument("--out", default=str(HERE / "results"))
+    parser.add_argument(
+        "--markdown", action="store_true", help="print the tables of the JSON in --out, run nothing"
+    )
     args = parser.parse_args()
     known = family_names()
     names = args.family or known
@@ -221,6 +246,20 @@ def main() -> None:
         parser.error(f"unknown family {unknown}; known: {', '.join(known)}")
     sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
     out = Path(args.out)
+    if args.markdown:
+        for name in names:
+            path = out / f"scale-{name}.json"
+            if path.exists():
+                data = json.loads(path.read_text())
+                print(
+                    f"### {name}\n\n`{data['command']}`, {data['date']} at {data['commit']}, "
+                    f"load {data['loadavg_before'][0]:.1f} -> {data['loadavg_after'][0]:.1f}"
+                    f"\n\n{markdown(data)}\n"
+                )
+                for note in data["notes"]:
+                    print(f"* {note}")
+                print()
+        return
     out.mkdir(parents=True, exist_ok=True)
     command = " ".join(["benchmarks/scale.py", *sys.argv[1:]])
     with contextlib.ExitStack() as stack:

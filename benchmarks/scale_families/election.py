@@ -20,7 +20,7 @@ import asyncio
 import statistics
 import time
 
-from etcd_recipes import Cmp, EtcdClient, LeaderLatch, Op
+from etcd_recipes import Cmp, EtcdClient, EtcdRecipeError, LeaderLatch, Op
 from scale_families._api import FamilyResult, Row, ScaleContext, pct
 
 HANDOVERS = 10
@@ -100,10 +100,17 @@ async def run(ctx: ScaleContext, sizes: list[int]) -> FamilyResult:
         await one_round(client, ctx.fresh_prefix("election-warm") + "e", 2)
         for n in sizes:
             t0 = time.perf_counter()
-            runs = [
-                await one_round(client, ctx.fresh_prefix("election") + "e", n)
-                for _ in range(ctx.repeats)
-            ]
+            try:
+                runs = [
+                    await one_round(client, ctx.fresh_prefix("election") + "e", n)
+                    for _ in range(ctx.repeats)
+                ]
+            except (EtcdRecipeError, asyncio.TimeoutError) as exc:
+                notes.append(
+                    f"N={n} failed after {time.perf_counter() - t0:.0f} s and was left out: "
+                    f"{type(exc).__name__}: {exc}"
+                )
+                break
             for key in ("handover", "cpu", "start"):
                 got[key][n] = statistics.median(r[key] for r in runs)
             floor_key = ctx.fresh_prefix("election-floor") + "LEADER"
