@@ -126,27 +126,35 @@ def plot(result: FamilyResult, path: Path) -> None:
 
     units = list(dict.fromkeys(r.unit for r in result.rows))
     floors = {r.floor for r in result.rows if r.floor}
+    floors |= {r.name for r in result.rows if r.name.startswith("floor")}
     fig, axes = plt.subplots(
         len(units), 1, figsize=(9, 3.6 * len(units)), squeeze=False, constrained_layout=True
     )
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    colour_of: dict[str, str] = {}
+    colours = list(plt.get_cmap("tab10").colors) + list(plt.get_cmap("Dark2").colors)
+    # a colour per group (what precedes ":" in the name: "mutex 1p"), its floor included;
+    # a row without one shares its floor's colour
+    colour_of: dict[str, Any] = {}
+
+    def group(row: Row) -> str:
+        name = row.name.removeprefix("floor ").removeprefix("floor: ")
+        if ":" in name:
+            return name.split(":")[0]
+        return row.floor or row.name
+
     for r in result.rows:
-        if r.name not in floors:
-            colour_of[r.name] = colours[len(colour_of) % len(colours)]
-    for r in result.rows:
-        if r.floor and r.floor not in colour_of:
-            colour_of[r.floor] = colour_of[r.name]
-        colour_of.setdefault(r.name, colours[len(colour_of) % len(colours)])
+        key = group(r)
+        if key not in colour_of:
+            colour_of[key] = colours[len(colour_of) % len(colours)]
+    markers = "osD^v<>"
     for ax, unit in zip(axes[:, 0], units):
-        for r in (r for r in result.rows if r.unit == unit):
+        for i, r in enumerate(r for r in result.rows if r.unit == unit):
             sizes = sorted(r.points)
             ax.plot(
                 sizes,
                 [r.points[n] for n in sizes],
                 linestyle="--" if r.name in floors else "-",
-                marker="o",
-                color=colour_of[r.name],
+                marker=markers[i % len(markers)] if ":" in r.name else "o",
+                color=colour_of[group(r)],
                 label=f"{r.name} ({growth(r.points):.2f}x/10x)",
             )
         ax.set_xscale("log")
@@ -154,6 +162,8 @@ def plot(result: FamilyResult, path: Path) -> None:
         positive = [v for v in values if v > 0]
         if positive and min(values) > 0 and max(positive) / min(positive) > 30:
             ax.set_yscale("log")
+        elif min(values, default=0) >= 0:
+            ax.set_ylim(bottom=0)
         ax.set_xlabel("N")
         ax.set_ylabel(unit)
         ax.grid(True, which="both", alpha=0.3)
@@ -182,6 +192,16 @@ def markdown(data: dict[str, Any]) -> str:
             f"{verdict} |"
         )
     return "\n".join(lines)
+
+
+def from_json(data: dict[str, Any]) -> FamilyResult:
+    rows = [
+        Row(
+            r["name"], r["unit"], {int(n): v for n, v in r["points"].items()}, r["floor"], r["note"]
+        )
+        for r in data["rows"]
+    ]
+    return FamilyResult(data["family"], rows, list(data["notes"]))
 
 
 def git_commit() -> str:
@@ -236,7 +256,9 @@ def main() -> None:
     parser.add_argument("--endpoint")
     parser.add_argument("--out", default=str(HERE / "results"))
     parser.add_argument(
-        "--markdown", action="store_true", help="print the tables of the JSON in --out, run nothing"
+        "--markdown",
+        action="store_true",
+        help="print the tables of the JSON in --out and redraw its PNGs; run nothing",
     )
     args = parser.parse_args()
     known = family_names()
@@ -251,6 +273,7 @@ def main() -> None:
             path = out / f"scale-{name}.json"
             if path.exists():
                 data = json.loads(path.read_text())
+                plot(from_json(data), out / f"scale-{name}.png")
                 print(
                     f"### {name}\n\n`{data['command']}`, {data['date']} at {data['commit']}, "
                     f"load {data['loadavg_before'][0]:.1f} -> {data['loadavg_after'][0]:.1f}"

@@ -18,9 +18,9 @@ The waiters run in child processes (this module with ``--child``); per N and kin
   one at a time (20 ms apart) stamped with the time sent, a parked consumer takes (and acks)
   one and ends;
 * **client CPU per hand-off**: CPU of every child during the hand-off phase / hand-offs;
-* floor ``floor: put -> watch event``: while the waiters are parked, two bare clients in the
-  parent: one puts, the other's watch sees it -- what etcd's own notification costs with the
-  N waiters' keys, leases and watches in place.
+* floor ``floor <kind> <mode>: put -> watch event``: while the waiters are parked, two bare
+  clients in the parent: one puts, the other's watch sees it -- what etcd's own notification
+  costs with the N waiters' keys, leases and watches in place.
 """
 
 from __future__ import annotations
@@ -282,13 +282,24 @@ async def one(ctx: ScaleContext, kind: str, n: int, procs: int) -> dict[str, flo
         }
 
 
+def kind_rows(label: str, got: dict[str, dict[int, float]]) -> list[Row]:
+    """The rows of one kind and mode (``got``: a measured figure -> N -> value)."""
+    floor = f"floor {label}: put -> watch event"
+    return [
+        Row(f"{label}: hand-off p50", "ms", got["handoff"], floor=floor),
+        Row(floor, "ms", got["floor"]),
+        Row(f"{label}: memory growth 0->N", "KB/waiter", got["growth"]),
+        Row(f"{label}: memory slope N->2N", "KB/waiter", got["slope"]),
+        Row(f"{label}: park CPU", "ms CPU/waiter", got["park_cpu"]),
+        Row(f"{label}: CPU per hand-off", "ms CPU/hand-off", got["handoff_cpu"]),
+    ]
+
+
 async def run(ctx: ScaleContext, sizes: list[int]) -> FamilyResult:
     rows: list[Row] = []
     notes: list[str] = []
     for procs in (1, 4):
         mode = f"{procs}p"
-        floor_name = f"floor {mode}: put -> watch event"
-        floor: dict[int, float] = {}
         for kind in KINDS:
             got: dict[str, dict[int, float]] = {}
             for n in sizes:
@@ -298,7 +309,6 @@ async def run(ctx: ScaleContext, sizes: list[int]) -> FamilyResult:
                 print(f"  waiters {kind} {mode} N={n}: {took:.1f} s {result}", flush=True)
                 for key, value in result.items():
                     got.setdefault(key, {})[n] = value
-                floor.setdefault(n, result["floor"])
                 if result["count"] < HANDOFFS * 0.8:
                     notes.append(f"{kind} {mode} N={n}: only {result['count']:.0f} hand-offs")
                 bigger = [s for s in sizes if s > n]
@@ -309,15 +319,7 @@ async def run(ctx: ScaleContext, sizes: list[int]) -> FamilyResult:
                     )
                     break
                 await ctx.cleanup()
-            label = f"{kind} {mode}"
-            rows += [
-                Row(f"{label}: hand-off p50", "ms", got["handoff"], floor=floor_name),
-                Row(f"{label}: memory growth 0->N", "KB/waiter", got["growth"]),
-                Row(f"{label}: memory slope N->2N", "KB/waiter", got["slope"]),
-                Row(f"{label}: park CPU", "ms CPU/waiter", got["park_cpu"]),
-                Row(f"{label}: CPU per hand-off", "ms CPU/hand-off", got["handoff_cpu"]),
-            ]
-        rows.append(Row(floor_name, "ms", floor))
+            rows += kind_rows(f"{kind} {mode}", got)
     notes.append(
         f"one park per kind, mode and N (2N waiters: N, then N more for the slope); the "
         f"hand-off p50 is over {HANDOFFS} hand-offs of that park, not repeated; memory is "
