@@ -64,7 +64,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+if str(HERE) not in sys.path:  # imported (the smoke test), not run: scale_families importable
+    sys.path.append(str(HERE))
 
 from scale_families._api import FamilyResult, Row, ScaleContext, growth  # noqa: E402
 
