@@ -1,0 +1,1 @@
+"""Growth-curve families for ``benchmarks/scale.py``: one module each, ``run(ctx, sizes)``."""
