@@ -167,6 +167,19 @@ from .events import (
     WatchSuspended,
     state_after,
 )
+from .groups.events import (
+    GroupEvent,
+    GroupResynced,
+    ItemAssigned,
+    ItemReleased,
+    MemberJoined,
+    MemberLeft,
+    MemberUpdated,
+    PartitionEvent,
+    PartitionState,
+)
+from .groups.member import DuplicateMemberError, GroupMember
+from .groups.partitioner import ItemNotOwnedError, SetPartitioner
 from .keyvalue import TransientKeyValue
 from .locks.hold import LockHold, LockParticipant
 from .locks.mutex import DistributedMutex
@@ -258,6 +271,7 @@ __all__ = [
     "DistributedSemaphore",
     "DistributedWorkQueue",
     "DuplicateKeyError",
+    "DuplicateMemberError",
     "DuplicateParticipantError",
     "DuplicateServiceInstanceError",
     "Elected",
@@ -278,6 +292,9 @@ __all__ = [
     "ForkedProcessError",
     "FutureRevisionError",
     "GetOp",
+    "GroupEvent",
+    "GroupMember",
+    "GroupResynced",
     "Int32Codec",
     "Int64Codec",
     "InvalidArgumentError",
@@ -285,6 +302,9 @@ __all__ = [
     "InvalidEndpointError",
     "InvalidPathError",
     "InvalidPriorityError",
+    "ItemAssigned",
+    "ItemNotOwnedError",
+    "ItemReleased",
     "JsonCodec",
     "KeyValue",
     "LeaderLatch",
@@ -313,6 +333,9 @@ __all__ = [
     "LockUpgradeError",
     "LostError",
     "Member",
+    "MemberJoined",
+    "MemberLeft",
+    "MemberUpdated",
     "Never",
     "NamingEndpoint",
     "NamingEndpoints",
@@ -324,6 +347,8 @@ __all__ = [
     "NotStartedError",
     "Op",
     "Participant",
+    "PartitionEvent",
+    "PartitionState",
     "PathChildrenCache",
     "PathChildrenCacheEvent",
     "PathChildrenCacheEventType",
@@ -347,6 +372,7 @@ __all__ = [
     "RoundRobinStrategy",
     "RpcResilience",
     "SelfHealingLease",
+    "SetPartitioner",
     "SemaphorePermitMismatchError",
     "ServiceCache",
     "ServiceDiscovery",
