@@ -249,6 +249,7 @@ def test_the_checker_catches_what_it_forbids() -> None:
 GROUND = {"errors", "types", "codecs", "events", "resilience", "metrics", "_core", "_proto"}
 FAMILIES = {"locks", "election", "barriers", "queues", "caches", "discovery"}
 FAMILIES |= {"counter", "keyvalue"}
+FAMILIES |= {"groups"}
 FLOORS = {"client": 1, "_recipe": 2, "testing": 4, "contrib": 5, "cli": 5, "sync": 5}
 TOP = 4  # etcd_recipes/__init__.py: the export list, beside testing/
 

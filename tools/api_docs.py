@@ -45,6 +45,7 @@ FAMILIES: dict[str, tuple[str, str, str]] = {
     "counter": ("counter", "Atomic counter", "DistributedAtomicLong."),
     "keyvalue": ("keyvalue", "Transient key/values", "TransientKeyValue."),
     "discovery": ("discovery", "Service discovery", "Registry, cache, provider."),
+    "groups": ("groups", "Groups and partitioning", "GroupMember, SetPartitioner."),
 }
 OTHER = ("other", "Other", "Names not in a family above.")
 

@@ -101,9 +101,10 @@ class SetPartitioner(Recipe):
         ):
             assert await a.wait_stable(timeout=10) and await b.wait_stable(timeout=10)
             assert sorted([*a.assigned(), *b.assigned()]) == shards  # each item once
-            item = next(iter(a.assigned()))
-            fenced = await client.txn([a.compare(item)], [Op.put(f"{prefix}/out", item)])
-            assert fenced.succeeded  # commits only while a owns the item
+            owner = a if a.assigned() else b
+            item = next(iter(owner.assigned()))
+            fenced = await client.txn([owner.compare(item)], [Op.put(f"{prefix}/out", item)])
+            assert fenced.succeeded  # commits only while the owner still holds the item
     """
 
     def __init__(
