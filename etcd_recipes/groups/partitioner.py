@@ -262,6 +262,10 @@ class SetPartitioner(Recipe):
         self._record_exception(exc, context.rpartition(":")[2] or "inner")
 
     def _publish(self, event: PartitionEvent) -> None:
+        if isinstance(event, ItemAssigned):
+            self._meter.partition("assigned")
+        else:
+            self._meter.partition("lost" if event.lost else "released")
         self._events.publish(event)
 
     async def _run(self) -> None:
