@@ -19,6 +19,9 @@ Guaranteed:
 * each loss of the member's lease is one ``lease_lost`` metrics event; the view's loads are
   the cache's ``cache_synced`` / ``cache_size_changed`` (``name`` label: ``metrics_name``).
 
+A member key deleted out of band while its lease lives is re-created at once (as Curator's
+persistent nodes are), through the same compare-and-swap.
+
 Not guaranteed: between a lease loss and its heal this member is absent (others see it leave
 and join again); a member that died stays listed until its lease expires (``lease_ttl``);
 ``events()`` replays nothing that happened before it was called (read :meth:`members` first).
@@ -41,7 +44,7 @@ from ..caches.events import BatchKind, CacheBatch, CacheEventType
 from ..caches.prefix import PrefixCache
 from ..client.lease import SelfHealingLease
 from ..codecs import Codec, ValueT, as_codec, to_bytes
-from ..errors import LeaseEventError, UsageError
+from ..errors import EtcdRecipeError, LeaseEventError, UsageError
 from ..events import LeaseEvent, LeaseFailed, LeaseRestored, LeaseResumed
 from ..types import RangeResult, TxnResult
 from ._keys import member_key, members_prefix
@@ -236,6 +239,8 @@ class GroupMember(Recipe, Generic[ValueT]):
                 continue
             if event.type is CacheEventType.DELETED:
                 self._events.publish(MemberLeft(member, event.revision, event.synthetic))
+                if member == self.member_id and self.is_member:  # deleted out of band
+                    self._spawn(self._rejoin(), "re-create the member key")
             elif event.type is CacheEventType.CREATED:
                 self._events.publish(
                     MemberJoined(member, event.value, event.revision, event.synthetic)
@@ -293,6 +298,24 @@ class GroupMember(Recipe, Generic[ValueT]):
                     self._spawn(client.lease_revoke(old), f"revoke {old:x}")
                     return True
             return False
+
+    async def _rejoin(self) -> None:
+        """Re-create our key, deleted while our lease lives (by an operator, say): only if it
+        is still missing, on the lease we hold (a lease that just expired fails the write)."""
+        async with self._write_lock:
+            owned = self._owned
+            if not owned or not self.is_member or self.lease_id != owned:
+                return  # healing or closing: the heal or nobody writes it
+            try:
+                r = await self._client.txn(
+                    [Cmp.missing(self.key)], [Op.put(self.key, self._data, lease=owned)]
+                )
+            except EtcdRecipeError as exc:
+                log.info("%s: could not re-create %s: %s", self.exception_context, self.key, exc)
+                return
+            if r.succeeded:
+                self.joined_revision = r.revision
+                log.info("%s: %s was deleted; re-created", self.exception_context, self.key)
 
     async def _do_start(self) -> None:
         await self._cache.start()

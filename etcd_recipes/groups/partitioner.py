@@ -28,6 +28,10 @@ Guaranteed:
   (:class:`ItemReleased` with ``lost=True``); the member heals (a new lease, a new member key)
   and takes its items again with new fencing tokens.
 
+Every member of the group at ``<path>`` takes part: run only partitioners of the **same items**
+there. A plain :class:`~etcd_recipes.GroupMember` at that path would be assigned items it never
+takes, and a partitioner with other items would leave some unowned.
+
 Not guaranteed: an even split (see the assignment module); that the member's *belief* ends
 before its key does after a lease loss -- the loss is noticed up to the TTL later, which is
 why writes must be guarded by :meth:`compare`; hand-over latency (a dead owner's items wait
@@ -271,7 +275,7 @@ class SetPartitioner(Recipe):
     async def _run(self) -> None:
         failures = 0
         while True:
-            with contextlib.suppress(TimeoutError):
+            with contextlib.suppress(asyncio.TimeoutError):  # not TimeoutError on 3.10
                 await asyncio.wait_for(self._wake.wait(), _IDLE_CHECK)
             self._wake.clear()
             try:

@@ -85,6 +85,18 @@ async def test_a_lost_lease_heals_with_the_latest_payload(etcd_client, etcd_pref
         assert me.is_member
 
 
+async def test_a_member_key_deleted_out_of_band_is_recreated(etcd_client, etcd_prefix):
+    async with GroupMember(etcd_client, etcd_prefix + "g", b"p", member_id="m") as me:
+        events = me.events()
+        lease = me.lease_id
+        await etcd_client.delete(me.key)  # an operator
+        left, back = [await asyncio.wait_for(anext(events), 10) for _ in range(2)]
+        assert isinstance(left, MemberLeft) and isinstance(back, MemberJoined)
+        assert back.member_id == "m" and back.payload == b"p"
+        kv = await etcd_client.get(me.key)
+        assert kv.value == b"p" and kv.lease == lease == me.lease_id  # the same lease
+
+
 async def test_cancelled_joins_leave_nothing(etcd_client, etcd_prefix):
     path = etcd_prefix + "g"
     rng = random.Random(11)

@@ -148,6 +148,18 @@ async def test_an_owner_key_deleted_out_of_band_is_lost_and_taken_again(etcd_cli
         assert isinstance(again, ItemAssigned) and again.item == "x" and again.fencing_token > token
 
 
+async def test_a_member_key_deleted_out_of_band_comes_back(etcd_client, etcd_prefix):
+    path = etcd_prefix + "p"
+    async with (
+        SetPartitioner(etcd_client, path, ITEMS, member_id="a") as a,
+        SetPartitioner(etcd_client, path, ITEMS, member_id="b") as b,
+    ):
+        await eventually(lambda: converged(etcd_client, path, [a, b]), what="convergence")
+        await etcd_client.delete(a.member.key)  # a is out of the group for a moment ...
+        await eventually(lambda: a.member.is_member and converged(etcd_client, path, [a, b]))
+        assert (await etcd_client.get(a.member.key)) is not None  # ... and back in it
+
+
 async def test_an_item_held_by_someone_else_is_waited_for(etcd_client, etcd_prefix):
     """A foreign owner key (a dead owner whose lease has not expired yet) blocks the item
     until it goes; the partitioner never overwrites it."""
