@@ -110,9 +110,11 @@ class ItemAssigned:
 
 @dataclass(frozen=True)
 class ItemReleased:
-    """This member no longer owns ``item``. ``lost`` is False for a hand-over (reported before
-    the owner key is deleted, so the work on the item can stop first) and True when ownership
-    was lost (the lease expired, or the key was deleted out of band: it is gone already)."""
+    """This member no longer owns ``item``. ``lost`` is False for a hand-over (published before
+    the owner key is deleted -- but listeners and iterators are not waited for: to stop the
+    work before anyone else can take the item, pass ``on_release`` to the partitioner) and
+    True when ownership was lost (the lease expired, or the key was deleted out of band: it is
+    gone already)."""
 
     item: str
     fencing_token: int

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -53,7 +53,7 @@ from .._core.txn import Cmp, Compare, Op
 from .._core.validate import check_path_segment, check_timeout
 from .._recipe.recipe import Recipe
 from ..caches.prefix import PrefixCache
-from ..errors import EtcdRecipeError, InvalidArgumentError, UsageError
+from ..errors import EtcdRecipeError, EtcdTimeoutError, InvalidArgumentError, UsageError
 from ._assign import assignment
 from ._keys import owner_key, owners_prefix
 from .events import ItemAssigned, ItemReleased, PartitionEvent, PartitionState
@@ -94,6 +94,14 @@ def _checked_items(items: Iterable[str]) -> tuple[str, ...]:
 class SetPartitioner(Recipe):
     """This member's share of ``items``, divided with every other partitioner at ``path``.
 
+    ``on_release(item, fencing_token)``, if given, is awaited for every item this member gives
+    back (a hand-over, or closing) **before** its owner key is deleted, so the work on the
+    item can stop before anyone else can take it; it is bounded by ``release_timeout``
+    seconds (then, or if it raises, the failure is recorded and the item is given back
+    anyway) and runs on the partitioner's one rebalancing task: keep it short. Items *lost*
+    (lease expired, key deleted) are only reported (:class:`ItemReleased` with ``lost=True``):
+    their keys are gone already.
+
     Example::
 
         from etcd_recipes import Op, SetPartitioner
@@ -120,12 +128,21 @@ class SetPartitioner(Recipe):
         member_id: str | None = None,
         payload: bytes | str = b"",
         lease_ttl: float = DEFAULT_TTL,
+        on_release: Callable[[str, int], Awaitable[Any]] | None = None,
+        release_timeout: float = 5.0,
         client_id: str | None = None,
         metrics_name: str = "",
     ) -> None:
         super().__init__(client, path, client_id=client_id, metrics_name=metrics_name)
         self.items: tuple[str, ...] = _checked_items(items)
         """The items divided among the members (sorted)."""
+        if on_release is not None and not callable(on_release):
+            raise InvalidArgumentError("on_release must be an async callable (item, token)")
+        self._on_release = on_release
+        bound = check_timeout(release_timeout, what="release_timeout", optional=False)
+        assert bound is not None
+        self.release_timeout: float = bound
+        """Seconds ``on_release`` may take for one item before the item is given back anyway."""
         self._member: GroupMember[bytes] = GroupMember(
             client,
             path,
@@ -274,9 +291,15 @@ class SetPartitioner(Recipe):
 
     async def _run(self) -> None:
         failures = 0
+        loop = asyncio.get_running_loop()
         while True:
-            with contextlib.suppress(asyncio.TimeoutError):  # not TimeoutError on 3.10
-                await asyncio.wait_for(self._wake.wait(), _IDLE_CHECK)
+            # A timer, not asyncio.wait_for: on Python < 3.12 wait_for swallows a cancel that
+            # arrives as the event is set, and the rebalancer would outlive close().
+            timer = loop.call_later(_IDLE_CHECK, self._wake.set)
+            try:
+                await self._wake.wait()
+            finally:
+                timer.cancel()
             self._wake.clear()
             try:
                 await self._rebalance()
@@ -302,9 +325,17 @@ class SetPartitioner(Recipe):
                 del self._owned[item]  # the lease or the key went: nothing to give back
                 self._publish(ItemReleased(item, token, lost=True))
         for item in sorted(set(self._owned) - desired):
-            token, _ = self._owned.pop(item)
+            token, _ = self._owned[item]
+            # One read tells a hand-over from a loss the owner view has not shown yet (a lost
+            # lease also removes our member key, and the member view may see that first).
+            kv = await self._client.get(owner_key(self.path, item))
+            del self._owned[item]
+            if kv is None or kv.create_revision != token:
+                self._publish(ItemReleased(item, token, lost=True))
+                continue
             self._releasing[item] = token
-            self._publish(ItemReleased(item, token))  # before the key goes: work stops first
+            self._publish(ItemReleased(item, token))
+            await self._released(item, token)  # the hook returns before the key goes
         for item, token in sorted(self._releasing.items()):
             key = owner_key(self.path, item)
             await self._client.txn([Cmp.create_revision(key) == token], [Op.delete(key)])
@@ -324,6 +355,23 @@ class SetPartitioner(Recipe):
             )
             if r.succeeded:
                 self._take(item, r.revision, lease_id)
+
+    async def _released(self, item: str, token: int) -> None:
+        """Run ``on_release(item, token)``, bounded by ``release_timeout``; a failure is
+        recorded, and the item is given back either way."""
+        hook = self._on_release
+        if hook is None:
+            return
+        with anyio.move_on_after(self.release_timeout) as scope:
+            try:
+                await hook(item, token)
+            except Exception as exc:
+                self._record_exception(exc, "on_release")
+        if scope.cancelled_caught:
+            self._record_exception(
+                EtcdTimeoutError(f"on_release({item!r}) took over {self.release_timeout}s"),
+                "on_release",
+            )
 
     def _take(self, item: str, token: int, lease_id: int) -> None:
         self._owned[item] = (token, lease_id)
@@ -352,6 +400,8 @@ class SetPartitioner(Recipe):
             self._releasing[item] = token
             self._publish(ItemReleased(item, token))
         try:
+            for item, token in sorted(self._releasing.items()):
+                await self._released(item, token)
             await self._member.aclose()  # revokes the lease: every owner key goes with it
             for item, token in sorted(self._releasing.items()):  # should the revoke have failed
                 key = owner_key(self.path, item)

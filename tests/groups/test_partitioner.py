@@ -127,7 +127,7 @@ async def test_a_lost_lease_loses_every_item_then_heals(etcd_client, etcd_prefix
         old = a.assigned()
         await etcd_client.lease_revoke(a.member.lease_id)  # out of band: keys gone
         lost = [await asyncio.wait_for(anext(events), 10) for _ in old]
-        assert all(isinstance(e, ItemReleased) and e.lost for e in lost)
+        assert all(isinstance(e, ItemReleased) and e.lost for e in lost), lost
         assert {e.item: e.fencing_token for e in lost} == old
         await eventually(lambda: converged(etcd_client, path, [a, b]), what="healed")
         new = a.assigned()
@@ -269,3 +269,64 @@ async def test_a_restart_past_the_ttl_heals_and_converges(fresh_etcd_server):
         for p in (a, b):
             await p.aclose()
         assert len(await c1.get_prefix("/p/")) == 0
+
+
+async def test_on_release_returns_before_anyone_can_take_the_item(etcd_client, etcd_prefix):
+    """The hook runs while the owner key still exists (with the releasing member's token),
+    and the new owner takes the item only after it returned; closing runs it too."""
+    path = etcd_prefix + "p"
+    log: list[tuple[str, str]] = []
+
+    async def on_release(item: str, token: int) -> None:
+        kv = await etcd_client.get(f"{path}/owners/{item}")
+        assert kv is not None and kv.create_revision == token  # not given back yet
+        log.append(("hook", item))
+        await asyncio.sleep(0.3)
+        log.append(("hook done", item))
+
+    a = SetPartitioner(etcd_client, path, ITEMS, member_id="a", on_release=on_release)
+    await a.start()
+    assert await a.wait_stable(timeout=10)
+    b = SetPartitioner(etcd_client, path, ITEMS, member_id="b")
+    b.add_listener(
+        lambda e: log.append(("b took", e.item)) if isinstance(e, ItemAssigned) else None
+    )
+    await b.start()
+    await eventually(lambda: converged(etcd_client, path, [a, b]), what="convergence")
+    moved = set(assignment(ITEMS, ["a", "b"], "b"))
+    assert {i for kind, i in log if kind == "b took"} == moved
+    for item in moved:
+        assert log.index(("hook done", item)) < log.index(("b took", item))
+    kept = set(a.assigned())
+    await a.aclose()  # closing gives back, through the hook
+    assert {i for kind, i in log if kind == "hook done"} == moved | kept
+    assert not a.has_exceptions or all("on_release" not in e.context for e in a.exceptions)
+    await b.aclose()
+
+
+async def test_a_failing_or_slow_on_release_is_recorded_and_the_item_given_back(
+    etcd_client, etcd_prefix
+):
+    path = etcd_prefix + "p"
+
+    async def broken(item: str, token: int) -> None:
+        if item == "x":
+            raise RuntimeError("flush failed")
+        await asyncio.sleep(30)
+
+    a = SetPartitioner(
+        etcd_client, path, ["x", "y"], member_id="a", on_release=broken, release_timeout=0.3
+    )
+    await a.start()
+    assert await a.wait_stable(timeout=10)
+    await a.aclose()
+    assert len(await etcd_client.get_prefix(path + "/")) == 0
+    contexts = [e for e in a.exceptions if e.context.endswith("on_release")]
+    assert sorted(type(e.exception).__name__ for e in contexts) == [
+        "EtcdTimeoutError",
+        "RuntimeError",
+    ]
+    with pytest.raises(InvalidArgumentError):
+        SetPartitioner(etcd_client, path, ["x"], on_release=42)
+    with pytest.raises(InvalidArgumentError):
+        SetPartitioner(etcd_client, path, ["x"], release_timeout=0)

@@ -25,6 +25,14 @@ __all__ = ["SetPartitioner"]
 class SetPartitioner(Recipe, twin_of=_async.SetPartitioner):
     """This member's share of ``items``, divided with every other partitioner at ``path``.
 
+    ``on_release(item, fencing_token)``, if given, is awaited for every item this member gives
+    back (a hand-over, or closing) **before** its owner key is deleted, so the work on the
+    item can stop before anyone else can take it; it is bounded by ``release_timeout``
+    seconds (then, or if it raises, the failure is recorded and the item is given back
+    anyway) and runs on the partitioner's one rebalancing task: keep it short. Items *lost*
+    (lease expired, key deleted) are only reported (:class:`ItemReleased` with ``lost=True``):
+    their keys are gone already.
+
     Example::
 
         from etcd_recipes.sync import Op, SetPartitioner
@@ -53,6 +61,8 @@ class SetPartitioner(Recipe, twin_of=_async.SetPartitioner):
         member_id: str | None = None,
         payload: bytes | str = b"",
         lease_ttl: float = DEFAULT_TTL,
+        on_release: Callable[[str, int], Any] | None = None,
+        release_timeout: float = 5.0,
         client_id: str | None = None,
         metrics_name: str = "",
     ) -> None:
@@ -65,6 +75,8 @@ class SetPartitioner(Recipe, twin_of=_async.SetPartitioner):
             member_id=member_id,
             payload=payload,
             lease_ttl=lease_ttl,
+            on_release=None if on_release is None else client._rt.hook(on_release),
+            release_timeout=release_timeout,
             client_id=client_id,
             metrics_name=metrics_name,
         )
@@ -145,6 +157,11 @@ class SetPartitioner(Recipe, twin_of=_async.SetPartitioner):
     def items(self) -> tuple[str, ...]:
         """The items divided among the members (sorted)."""
         return self._rt.call_sync(lambda: self._a.items)
+
+    @property
+    def release_timeout(self) -> float:
+        """Seconds ``on_release`` may take for one item before the item is given back anyway."""
+        return self._rt.call_sync(lambda: self._a.release_timeout)
 
     @property
     def member_id(self) -> str:
