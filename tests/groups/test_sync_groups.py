@@ -126,3 +126,23 @@ def test_a_blocking_wait_cut_by_fail_after_leaves_nothing(
         assert p.state is PartitionState.ACQUIRING
         p.close()
         assert [kv.key_text for kv in client.get_prefix(path + "/")] == [f"{path}/owners/x"]
+
+
+def test_on_release_is_a_plain_function_run_before_the_key_goes(
+    client: EtcdClient, etcd_prefix: str
+) -> None:
+    path = etcd_prefix + "p"
+    seen: list[tuple[str, bool, str]] = []
+
+    def on_release(item: str, token: int) -> None:  # a hook thread, not the loop
+        kv = client.get(f"{path}/owners/{item}")
+        seen.append(
+            (item, kv is not None and kv.create_revision == token, threading.current_thread().name)
+        )
+
+    with SetPartitioner(client, path, ["x", "y"], member_id="a", on_release=on_release) as p:
+        assert p.wait_stable(timeout=10)
+    assert sorted(item for item, _, _ in seen) == ["x", "y"]
+    assert all(held for _, held, _ in seen)  # each ran while the key was still ours
+    assert threading.current_thread().name not in {name for _, _, name in seen}
+    assert client.count(path + "/") == 0
