@@ -396,16 +396,13 @@ class SetPartitioner(Recipe):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await runner
         owned, self._owned = self._owned, {}
-        for item, (token, _) in sorted(owned.items()):
-            self._releasing[item] = token
-            self._publish(ItemReleased(item, token))
         try:
-            for item, token in sorted(self._releasing.items()):
+            for item, (token, _) in sorted(owned.items()):
+                self._publish(ItemReleased(item, token))
                 await self._released(item, token)
-            await self._member.aclose()  # revokes the lease: every owner key goes with it
-            for item, token in sorted(self._releasing.items()):  # should the revoke have failed
-                key = owner_key(self.path, item)
-                await self._client.txn([Cmp.create_revision(key) == token], [Op.delete(key)])
+            # Revoking the lease deletes every owner key at once (the ones still being given
+            # back too); should the revoke fail, they expire with it, at the TTL.
+            await self._member.aclose()
             self._releasing.clear()
         finally:
             await self._owners.aclose()
