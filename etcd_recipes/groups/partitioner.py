@@ -162,6 +162,7 @@ class SetPartitioner(Recipe):
         self._member.add_listener(lambda event: self._poke())
         self._owners.add_listener(lambda batch: self._poke())
         self._owned: dict[str, tuple[int, int]] = {}  # item -> (fencing token, lease id)
+        self._assigned_for: tuple[tuple[str, ...], frozenset[str]] = ((), frozenset())
         self._releasing: dict[str, int] = {}  # given back, owner key not yet deleted
         self._wake = asyncio.Event()
         self._progress: asyncio.Event | None = None
@@ -205,10 +206,13 @@ class SetPartitioner(Recipe):
 
     def _desired(self) -> set[str] | None:
         """What this member should own as it sees the group; None while it is not in it."""
-        members = self._member.member_ids()
+        members = tuple(self._member.member_ids())
         if not self._member.lease_id or self.member_id not in members:
             return None
-        return assignment(self.items, members, self.member_id)
+        if self._assigned_for[0] != members:  # items x members hashes: only on a change
+            mine = assignment(self.items, members, self.member_id)
+            self._assigned_for = (members, frozenset(mine))
+        return set(self._assigned_for[1])
 
     @property
     def state(self) -> PartitionState:

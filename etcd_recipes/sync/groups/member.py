@@ -113,7 +113,9 @@ class GroupMember(Recipe, Generic[ValueT], twin_of=_async.GroupMember):
         """Each later change of the group (:class:`MemberJoined`, :class:`MemberUpdated`,
         :class:`MemberLeft`, :class:`GroupResynced`) and each lease event of this member, as
         an async iterator that ends when the member is closed; bounded by ``maxsize`` (see
-        :class:`~etcd_recipes.EventStream`). Nothing before the call is replayed.
+        :class:`~etcd_recipes.EventStream`). Nothing before the call is replayed. A watch that
+        is suspended and resubscribes (a reconnect) loses nothing and reports no event here:
+        it moves :attr:`connection_state` (and :meth:`connection_states`).
 
         Example::
 
