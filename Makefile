@@ -29,6 +29,7 @@ ETCDCTL34_BINARY ?= /usr/bin/etcdctl
 COMPAT_TESTS ?= tests/client tests/locks tests/election tests/barriers tests/queues \
 	tests/caches tests/discovery tests/test_counter.py tests/test_keyvalue.py \
 	tests/testing/test_grpc_proxy_families.py tests/stm tests/shared
+COMPAT_TESTS += tests/groups
 test-etcd34: $(STAMP)
 	ETCD_BINARY=$(ETCD34_BINARY) ETCDCTL_BINARY=$(ETCDCTL34_BINARY) \
 		$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q -p no:cacheprovider \

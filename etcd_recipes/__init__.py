@@ -168,6 +168,19 @@ from .events import (
     WatchSuspended,
     state_after,
 )
+from .groups.events import (
+    GroupEvent,
+    GroupResynced,
+    ItemAssigned,
+    ItemReleased,
+    MemberJoined,
+    MemberLeft,
+    MemberUpdated,
+    PartitionEvent,
+    PartitionState,
+)
+from .groups.member import DuplicateMemberError, GroupMember
+from .groups.partitioner import ItemNotOwnedError, SetPartitioner
 from .keyvalue import TransientKeyValue
 from .locks.hold import LockHold, LockParticipant
 from .locks.multi import DistributedMultiLock
@@ -265,6 +278,7 @@ __all__ = [
     "DistributedSemaphore",
     "DistributedWorkQueue",
     "DuplicateKeyError",
+    "DuplicateMemberError",
     "DuplicateParticipantError",
     "DuplicateServiceInstanceError",
     "Elected",
@@ -285,6 +299,9 @@ __all__ = [
     "ForkedProcessError",
     "FutureRevisionError",
     "GetOp",
+    "GroupEvent",
+    "GroupMember",
+    "GroupResynced",
     "Int32Codec",
     "Int64Codec",
     "InvalidArgumentError",
@@ -293,6 +310,9 @@ __all__ = [
     "InvalidPathError",
     "InvalidPriorityError",
     "ItemState",
+    "ItemAssigned",
+    "ItemNotOwnedError",
+    "ItemReleased",
     "JsonCodec",
     "KeyValue",
     "LeaderLatch",
@@ -321,6 +341,9 @@ __all__ = [
     "LockUpgradeError",
     "LostError",
     "Member",
+    "MemberJoined",
+    "MemberLeft",
+    "MemberUpdated",
     "Never",
     "NamingEndpoint",
     "NamingEndpoints",
@@ -332,6 +355,8 @@ __all__ = [
     "NotStartedError",
     "Op",
     "Participant",
+    "PartitionEvent",
+    "PartitionState",
     "PathChildrenCache",
     "PathChildrenCacheEvent",
     "PathChildrenCacheEventType",
@@ -355,6 +380,7 @@ __all__ = [
     "RoundRobinStrategy",
     "RpcResilience",
     "SelfHealingLease",
+    "SetPartitioner",
     "SemaphorePermitMismatchError",
     "ServiceCache",
     "ServiceDiscovery",

@@ -166,6 +166,13 @@ class EtcdMetrics:
         down: its work returned, it resigned or closed) or ``lost`` (its lease or key was
         lost while leading)."""
 
+    def partition_changed(self, recipe: str, name: str, transition: str) -> None:
+        """A partitioner's member took or gave up one item.
+
+        ``transition``: ``assigned`` (it created the item's owner key), ``released`` (it gave
+        the item back: a hand-over or its close) or ``lost`` (its lease expired or the owner
+        key was deleted out of band). Owned items = assigned - released - lost."""
+
     def barrier_wait_finished(self, recipe: str, name: str, duration: float, outcome: str) -> None:
         """A barrier wait ended; ``outcome``: ``passed``, ``timeout``, ``cancelled`` (also:
         its recipe was closed meanwhile) or ``error``."""

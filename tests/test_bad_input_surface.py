@@ -108,6 +108,8 @@ RESULT_TYPES = {
     "EtcdMetrics", "Codec", "RetryPolicy", "LockParticipant", "NamingEndpoint",
     "LeadershipGap", "LeaseResumed",
 }  # fmt: skip
+RESULT_TYPES |= {"MemberJoined", "MemberUpdated", "MemberLeft", "GroupResynced", "ItemAssigned"}
+RESULT_TYPES |= {"ItemReleased"}
 # ...whose methods are walked on instances made by the library instead (see _instances()).
 
 
@@ -223,6 +225,8 @@ def _good(env: Env, name: str, owner: str, sync: bool) -> Any:
         return etcd_recipes.BYTES
     if name == "endpoints":
         return env.endpoints
+    if name == "items":
+        return ["item-a", "item-b"]
     if name == "leader":
         return etcd_recipes.ElectionLeaderKey(b"/e", b"/e/1", 1, env.lease_id)
     if name == "paths":

@@ -251,6 +251,7 @@ FAMILIES = {"locks", "election", "barriers", "queues", "caches", "discovery"}
 FAMILIES |= {"counter", "keyvalue"}
 FAMILIES |= {"stm"}
 FAMILIES |= {"shared"}
+FAMILIES |= {"groups"}
 FLOORS = {"client": 1, "_recipe": 2, "testing": 4, "contrib": 5, "cli": 5, "sync": 5}
 TOP = 4  # etcd_recipes/__init__.py: the export list, beside testing/
 

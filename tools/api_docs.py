@@ -47,6 +47,7 @@ FAMILIES: dict[str, tuple[str, str, str]] = {
     "discovery": ("discovery", "Service discovery", "Registry, cache, provider."),
     "stm": ("stm", "Software transactional memory", "run_stm, STM, isolation levels."),
     "shared": ("shared", "Shared values", "SharedValue, SharedCount, Versioned."),
+    "groups": ("groups", "Groups and partitioning", "GroupMember, SetPartitioner."),
 }
 OTHER = ("other", "Other", "Names not in a family above.")
 

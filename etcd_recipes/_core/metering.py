@@ -88,6 +88,7 @@ _EVENT_METHODS = (
     "lock_wait_finished",
     "lock_hold_finished",
     "leadership_changed",
+    "partition_changed",
     "barrier_wait_finished",
     "queue_operation",
     "queue_redelivered",
@@ -404,6 +405,9 @@ class RecipeMeter:
 
     def leadership(self, transition: str) -> None:
         self.meter.emit("leadership_changed", self.recipe, self.name, transition)
+
+    def partition(self, transition: str) -> None:
+        self.meter.emit("partition_changed", self.recipe, self.name, transition)
 
     def barrier_wait(self, duration: float, outcome: str) -> None:
         self.meter.emit("barrier_wait_finished", self.recipe, self.name, duration, outcome)

@@ -12,6 +12,7 @@ another recipe's keys, or a lock not acquired in time); every failure is one lin
 
 from . import _commands as _commands  # registers the commands
 from . import _dev as _dev  # registers dev
+from . import _groups as _groups  # registers group ls, group partitions
 from . import _queues as _queues  # registers queue, dlq show
 from . import _recipes as _recipes  # registers semaphore, election resign, discovery, cache
 from . import _revoke as _revoke  # registers lock revoke (after _commands: the lock group)

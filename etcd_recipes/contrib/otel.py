@@ -131,6 +131,8 @@ class OpenTelemetryMetrics(EtcdMetrics):
       ``etcd_recipes.lock.hold.duration`` (s) [recipe, name, ended]
     * ``etcd_recipes.leadership.transitions`` [recipe, name, transition];
       ``etcd_recipes.leader`` (up-down counter: 1 while leading) [recipe, name]
+    * ``etcd_recipes.partition.transitions`` [recipe, name, transition];
+      ``etcd_recipes.partition.items`` (up-down counter: items owned now) [recipe, name]
     * ``etcd_recipes.barrier.wait.duration`` (s) [recipe, name, outcome]
     * ``etcd_recipes.queue.operation.duration`` (s) [recipe, name, operation, outcome];
       ``etcd_recipes.queue.redeliveries`` [recipe, name]
@@ -209,6 +211,12 @@ class OpenTelemetryMetrics(EtcdMetrics):
         self._leader = meter.create_up_down_counter(
             p + "leader", "{candidate}", "Candidates of this process that lead now."
         )
+        self._partition = meter.create_counter(
+            p + "partition.transitions", "{transition}", "Items a partitioner took or gave up."
+        )
+        self._partition_items = meter.create_up_down_counter(
+            p + "partition.items", "{item}", "Items a partitioner of this process owns now."
+        )
         self._barrier = histogram(p + "barrier.wait.duration", "Barrier waits.", long)
         self._queue = histogram(p + "queue.operation.duration", "Queue operations.", long)
         self._redeliveries = meter.create_counter(
@@ -263,6 +271,15 @@ class OpenTelemetryMetrics(EtcdMetrics):
     def lock_hold_finished(self, recipe: str, name: str, duration: float, ended: str) -> None:
         """Records ``etcd_recipes.lock.hold.duration``."""
         self._lock_hold.record(duration, {"recipe": recipe, "name": name, "ended": ended})
+
+    def partition_changed(self, recipe: str, name: str, transition: str) -> None:
+        """Counts the transition and moves ``etcd_recipes.partition.items`` (+1 assigned, -1
+        released or lost)."""
+        self._partition.add(1, {"recipe": recipe, "name": name, "transition": transition})
+        if transition == "assigned":
+            self._partition_items.add(1, {"recipe": recipe, "name": name})
+        elif transition in ("released", "lost"):
+            self._partition_items.add(-1, {"recipe": recipe, "name": name})
 
     def leadership_changed(self, recipe: str, name: str, transition: str) -> None:
         """Counts the transition and moves ``etcd_recipes.leader`` (+1 acquired, -1 after)."""

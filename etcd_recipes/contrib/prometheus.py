@@ -129,6 +129,8 @@ class PrometheusMetrics(EtcdMetrics):
     ``<ns>_lock_hold_seconds``                    histogram    recipe, name, ended
     ``<ns>_leadership_transitions_total``         counter      recipe, name, transition
     ``<ns>_leader``                               gauge        recipe, name
+    ``<ns>_partition_transitions_total``          counter      recipe, name, transition
+    ``<ns>_partition_items``                      gauge        recipe, name
     ``<ns>_barrier_wait_seconds``                 histogram    recipe, name, outcome
     ``<ns>_queue_operation_seconds``              histogram    recipe, name, operation, outcome
     ``<ns>_queue_redeliveries_total``             counter      recipe, name
@@ -208,6 +210,10 @@ class PrometheusMetrics(EtcdMetrics):
             "leadership_transitions", "Changes of a candidate's role.", (*recipe, "transition")
         )
         self._leader = gauge("leader", "Candidates of this process that lead now.", recipe)
+        self._partition = counter(
+            "partition_transitions", "Items a partitioner took or gave up.", (*recipe, "transition")
+        )
+        self._partition_items = gauge("partition_items", "Items owned now.", recipe)
         self._barrier = histogram("barrier_wait", "Barrier waits.", (*recipe, "outcome"), long)
         self._queue = histogram(
             "queue_operation", "Queue operations, waits on an empty queue included.",
@@ -233,6 +239,7 @@ class PrometheusMetrics(EtcdMetrics):
             self._latency,
             self._shared_writes,
         )  # fmt: skip
+        self._all += (self._partition, self._partition_items)
         _register_all(self.registry, self._all)
         # labels() validates and locks on every call (~2 us); the label sets are few (no key,
         # path or lease id is a label), so the children are kept: one dict lookup per event.
@@ -303,6 +310,15 @@ class PrometheusMetrics(EtcdMetrics):
     def lock_hold_finished(self, recipe: str, name: str, duration: float, ended: str) -> None:
         """Observes ``<ns>_lock_hold_seconds``."""
         self._child(self._lock_hold, recipe, name, ended).observe(duration)
+
+    def partition_changed(self, recipe: str, name: str, transition: str) -> None:
+        """Counts the transition and moves ``<ns>_partition_items``: +1 on ``assigned``, -1
+        on ``released`` and ``lost``."""
+        self._partition.labels(recipe, name, transition).inc()
+        if transition == "assigned":
+            self._partition_items.labels(recipe, name).inc()
+        elif transition in ("released", "lost"):
+            self._partition_items.labels(recipe, name).dec()
 
     def leadership_changed(self, recipe: str, name: str, transition: str) -> None:
         """Counts the transition and moves ``<ns>_leader``: +1 on ``acquired``, -1 otherwise."""

@@ -170,6 +170,19 @@ from etcd_recipes.events import (
     WatchSuspended,
     state_after,
 )
+from etcd_recipes.groups.events import (
+    GroupEvent,
+    GroupResynced,
+    ItemAssigned,
+    ItemReleased,
+    MemberJoined,
+    MemberLeft,
+    MemberUpdated,
+    PartitionEvent,
+    PartitionState,
+)
+from etcd_recipes.groups.member import DuplicateMemberError
+from etcd_recipes.groups.partitioner import ItemNotOwnedError
 from etcd_recipes.locks.hold import LockParticipant
 from etcd_recipes.metrics import NOOP_METRICS, EtcdMetrics, MetricsSpan
 from etcd_recipes.queues.config import WorkQueueConfig
@@ -217,6 +230,8 @@ from etcd_recipes.sync.election.server import (
     election_resign,
 )
 from etcd_recipes.sync.election.terms import get_participants
+from etcd_recipes.sync.groups.member import GroupMember
+from etcd_recipes.sync.groups.partitioner import SetPartitioner
 from etcd_recipes.sync.keyvalue import TransientKeyValue
 from etcd_recipes.sync.locks.hold import LockHold
 from etcd_recipes.sync.locks.multi import DistributedMultiLock
@@ -292,6 +307,7 @@ __all__ = [
     "DistributedSemaphore",
     "DistributedWorkQueue",
     "DuplicateKeyError",
+    "DuplicateMemberError",
     "DuplicateParticipantError",
     "DuplicateServiceInstanceError",
     "Elected",
@@ -311,6 +327,9 @@ __all__ = [
     "ForkedProcessError",
     "FutureRevisionError",
     "GetOp",
+    "GroupEvent",
+    "GroupMember",
+    "GroupResynced",
     "INT32",
     "INT64",
     "Int32Codec",
@@ -321,6 +340,9 @@ __all__ = [
     "InvalidPathError",
     "InvalidPriorityError",
     "Isolation",
+    "ItemAssigned",
+    "ItemNotOwnedError",
+    "ItemReleased",
     "ItemState",
     "JSON",
     "JsonCodec",
@@ -353,6 +375,9 @@ __all__ = [
     "LostError",
     "MAX_PRIORITY",
     "Member",
+    "MemberJoined",
+    "MemberLeft",
+    "MemberUpdated",
     "MetricsSpan",
     "NOOP_METRICS",
     "NamingEndpoint",
@@ -366,6 +391,8 @@ __all__ = [
     "NotStartedError",
     "Op",
     "Participant",
+    "PartitionEvent",
+    "PartitionState",
     "PathChildrenCache",
     "PathChildrenCacheEvent",
     "PathChildrenCacheEventType",
@@ -398,6 +425,7 @@ __all__ = [
     "ServiceProvider",
     "ServiceRegistry",
     "ServiceType",
+    "SetPartitioner",
     "SharedCount",
     "SharedValue",
     "SortOrder",

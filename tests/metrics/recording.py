@@ -119,6 +119,9 @@ class RecordingMetrics(EtcdMetrics):
     def lock_hold_finished(self, recipe: str, name: str, duration: float, ended: str) -> None:
         self._add("lock_hold_finished", (recipe, name, duration, ended))
 
+    def partition_changed(self, recipe: str, name: str, transition: str) -> None:
+        self._add("partition_changed", (recipe, name, transition))
+
     def leadership_changed(self, recipe: str, name: str, transition: str) -> None:
         self._add("leadership_changed", (recipe, name, transition))
 

@@ -17,10 +17,12 @@ from etcd_recipes import (
     DistributedQueue,
     DistributedSemaphore,
     DistributedWorkQueue,
+    GroupMember,
     LeaderLatch,
     ServiceCache,
     ServiceInstance,
     ServiceRegistry,
+    SetPartitioner,
     SharedCount,
     TransientKeyValue,
     connect,
@@ -170,3 +172,33 @@ async def test_shared_values_compare_and_set_and_watch(proxied, etcd_client, etc
         assert seen == list(range(1, 11))  # every write, once, in order, through the proxy
     kv = await etcd_client.get(path)
     assert kv is not None and kv.lease == 0 and INT64.decode(kv.value) == 10
+
+
+async def test_groups_divide_the_items_once(proxied, etcd_client, etcd_prefix):
+    a, b = proxied
+    path, items = etcd_prefix + "group", [f"s{i}" for i in range(6)]
+    one = await SetPartitioner(a, path, items, member_id="one").start()
+    two = await SetPartitioner(b, path, items, member_id="two").start()
+    for _ in range(200):  # both see both, and own their share
+        stable = [await p.wait_stable(timeout=10) for p in (one, two)]
+        views = [len(p.member.member_ids()) for p in (one, two)]
+        if all(stable) and views == [2, 2] and len({**one.assigned(), **two.assigned()}) == 6:
+            break
+        await asyncio.sleep(0.05)
+    assert sorted([*one.assigned(), *two.assigned()]) == items  # each item once
+    owners = await etcd_client.get_prefix(f"{path}/owners/")
+    assert {kv.key_text.rsplit("/", 1)[1]: kv.create_revision for kv in owners} == {
+        **one.assigned(),
+        **two.assigned(),
+    }
+    async with GroupMember(b, path, b"x", member_id="watcher") as watcher:
+        await watcher.wait_for_revision(watcher.joined_revision)
+        assert watcher.member_ids() == ["one", "two", "watcher"]
+    await one.aclose()
+    for _ in range(200):  # two takes one's items once their owner keys are gone
+        if sorted(two.assigned()) == items:
+            break
+        await asyncio.sleep(0.05)
+    assert sorted(two.assigned()) == items
+    await two.aclose()
+    assert (await etcd_client.range(path, prefix=True)).kvs == []
