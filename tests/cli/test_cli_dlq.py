@@ -75,15 +75,16 @@ async def test_a_second_requeue_is_already_requeued_and_writes_nothing(
                 0,
                 f"requeued 1 item(s): {second}; already requeued (back in the queue): {first}",
             )
-            # Received again and in flight: still "already requeued", still nothing written.
+            # Received again and in flight: claimed by a consumer, not dead and not queued
+            # (issue 32 item 11): exit 3, saying so, and still nothing written.
             taken = await queue.receive(timeout=5)
             assert taken is not None and taken.id == first
             before = await revision(client)
             code, out, err = await asyncio.to_thread(
                 cli, etcd_server, "-o", "json", "dlq", "requeue", path, "--id", first, "--yes"
             )
-            assert code == 0, err
-            assert assert_valid(out)["data"]["already_requeued"] == [first]
+            assert (code, out) == (Exit.NOT_FOUND, ""), err
+            assert "claimed by a consumer (in flight)" in err and "already requeued" not in err
             assert await revision(client) == before
             await taken.ack()
             delivered = [taken.value]
@@ -135,7 +136,7 @@ async def test_purging_twice_is_not_found_and_a_queued_id_is_named(
             code, _, err = await asyncio.to_thread(
                 cli, etcd_server, "dlq", "purge", path, "--id", queued, "--yes"
             )
-            assert code == Exit.NOT_FOUND and "queued, not dead" in err
+            assert code == Exit.NOT_FOUND and "waiting in the queue, not dead" in err
             assert await revision(client) == after_enqueue > before
             item = await queue.receive(timeout=5)  # the live item is untouched
             assert item is not None and item.value == b"live"
