@@ -3,7 +3,8 @@
 Guaranteed: ``counter get`` and ``barrier status`` only read (a missing counter is not
 created); ``counter set`` takes any int64, negative ones too (``counter set /x -5``). Nothing
 there exits 3: no counter at the path, no barrier set at the path (a lifted barrier leaves no
-key, so it cannot be told from a path that never had one, and is not called "lifted").
+key, so it cannot be told from a path that never had one -- a typo -- and is not called
+"lifted").
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def barrier_status(ctx: typer.Context, path: str = PATH) -> None:
             await barrier.aclose()
         if not is_set:
             raise CommandError(
-                f"no barrier set at {path} (lifted, or never set: etcd holds no key there)",
+                f"no barrier set at {path} (etcd holds no key there: never set, or removed)",
                 Exit.NOT_FOUND,
             )
         emit(ctx, "barrier status", {"path": path, "set": True}, lines=["set"])

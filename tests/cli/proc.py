@@ -8,6 +8,9 @@ import re
 import signal
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 CLI = [sys.executable, "-m", "etcd_recipes.cli"]
@@ -51,3 +54,46 @@ def one_line_error(proc: subprocess.CompletedProcess[str], code: int) -> str:
     [line] = [ln for ln in proc.stderr.strip().splitlines() if not GRPC_LOG.match(ln)]
     assert line.startswith("etcd-recipes: error:"), line
     return line
+
+
+class Running:
+    """A started ``etcd-recipes ARGS`` and the stdout lines it printed so far (read by a thread,
+    so a test can act -- put a key -- while it waits for a line)."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None, **popen: Any) -> None:
+        self.proc = start_cli(*args, env=env, **popen)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_for(
+        self,
+        found: Callable[[list[str]], bool],
+        timeout: float = 60,
+        act: Callable[[], Any] | None = None,
+    ) -> list[str]:
+        """Wait until ``found(lines)``, calling ``act()`` between looks (a put to be seen)."""
+        deadline = time.monotonic() + timeout
+        while not found(self.lines):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.proc.kill()
+                raise AssertionError(f"never printed what was awaited: {self.lines}")
+            if act is not None:
+                act()
+            time.sleep(0.1)
+        return list(self.lines)
+
+    def finish(self, timeout: float = 30) -> tuple[int, list[str], str]:
+        """Wait for the end: the exit code, every stdout line and the whole stderr."""
+        try:
+            code = self.proc.wait(timeout)
+        finally:
+            self.proc.kill()
+        self._reader.join(10)
+        assert self.proc.stderr is not None
+        return code, list(self.lines), self.proc.stderr.read()
