@@ -388,7 +388,7 @@ def test_the_page_runs_and_prints_what_it_says(tmp_path: Path) -> None:
 
 def test_the_exit_code_table_is_the_commands() -> None:
     text = PAGE.read_text(encoding="utf-8")
-    codes = [int(m.group(1)) for m in re.finditer(r"^\| (\d) \|", text, re.MULTILINE)]
+    codes = [int(m.group(1)) for m in re.finditer(r"^\| (\d+) \|", text, re.MULTILINE)]
     assert codes == [int(code) for code in Exit]
 
 
