@@ -232,9 +232,7 @@ def _global_options_anywhere(root: TyperGroup) -> None:
 def _usage_name(param: Any) -> str:
     """An argument as usage lines show it: ``PATH``, ``[BASE]``, ``COMMAND...`` (typer writes
     a required one in braces, ``{PATH}``, which reads as a placeholder to fill in literally)."""
-    name = (
-        str(param.metavar or param.name or "").upper() if param.metavar is None else param.metavar
-    )
+    name = str(param.metavar or (param.name or "").upper())
     name = name if param.required else f"[{name.strip('[]')}]"
     return name if param.nargs == 1 or name.endswith("...") else f"{name}..."
 

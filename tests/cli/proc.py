@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 CLI = [sys.executable, "-m", "etcd_recipes.cli"]
@@ -97,3 +98,12 @@ class Running:
         self._reader.join(10)
         assert self.proc.stderr is not None
         return code, list(self.lines), self.proc.stderr.read()
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, dead but not reaped yet, does not); reads /proc."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

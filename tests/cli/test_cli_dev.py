@@ -22,6 +22,7 @@ pytest.importorskip("typer")
 from etcd_recipes import connect
 from etcd_recipes.cli import Exit
 
+from .proc import alive
 from .schema import assert_valid
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self").exists(), reason="reads /proc")
@@ -81,14 +82,6 @@ def etcd_processes(marker: str) -> list[int]:
         if marker in cmdline and "etcd" in cmdline and state != "Z" and "pytest" not in cmdline:
             found.append(int(entry.name))
     return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 async def put_get(endpoints: list[str], key: str, value: str | None) -> tuple[str | None, int]:

@@ -7,7 +7,6 @@ recipes' keys."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -23,6 +22,8 @@ from etcd_recipes import (
     connect,
 )
 from etcd_recipes.cli import Exit
+
+from .proc import run_cli
 
 PREFIX = "/t/cli-errors"
 # (arguments, exit code, a word the one line must contain)
@@ -56,14 +57,7 @@ CASES = [
 
 
 def run(endpoint: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ETCD_", "ETCDCTL_"))}
-    return subprocess.run(
-        [sys.executable, "-m", "etcd_recipes.cli", "--endpoints", endpoint, *args],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        env=env,
-    )
+    return run_cli("--endpoints", endpoint, *args)
 
 
 def assert_one_line(proc: subprocess.CompletedProcess[str], code: int, word: str) -> None:
@@ -135,14 +129,6 @@ def test_library_warnings_stay_off_stderr_unless_asked_for(populated) -> None:
     proc = run(populated.endpoint, "discovery", "ls", f"{PREFIX}/svc")
     assert_one_line(proc, Exit.NOT_FOUND, "1 record(s) that are not ServiceInstance JSON")
     # ... and $ETCD_RECIPES_CLI_LOG shows the library's own record of it.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ETCD_", "ETCDCTL_"))}
-    env["ETCD_RECIPES_CLI_LOG"] = "warning"
     argv = ["--endpoints", populated.endpoint, "discovery", "ls", f"{PREFIX}/svc"]
-    logged = subprocess.run(
-        [sys.executable, "-m", "etcd_recipes.cli", *argv],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        env=env,
-    )
+    logged = run_cli(*argv, env={"ETCD_RECIPES_CLI_LOG": "warning"})
     assert logged.returncode == Exit.NOT_FOUND and "not a ServiceInstance record" in logged.stderr

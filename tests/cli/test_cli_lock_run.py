@@ -5,6 +5,7 @@ that cannot run exits as a shell's would: 127 not found, 126 not executable."""
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -14,20 +15,17 @@ pytest.importorskip("typer")
 
 from etcd_recipes.cli import Exit
 
-from .proc import one_line_error, run_cli, start_cli
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, dead but not reaped yet, does not)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+from .proc import alive, one_line_error, run_cli, start_cli
 
 
 @pytest.mark.skipif(not Path("/proc/self").exists(), reason="reads /proc")
-def test_a_lost_lock_stops_the_commands_grandchildren(etcd_server, etcd_prefix, tmp_path) -> None:
+@pytest.mark.parametrize(
+    ("trigger", "code", "word"),
+    [("lock break", Exit.ERROR, "lock lost"), ("SIGTERM", 143, ""), ("SIGINT", 130, "")],
+)
+def test_a_loss_or_a_signal_stops_the_commands_grandchildren(
+    etcd_server, etcd_prefix, tmp_path, trigger, code, word
+) -> None:
     path, pids = f"{etcd_prefix}grand", tmp_path / "pids"
     # sh starts a grandchild (sleep, which ignores nothing) and waits for it; the grandchild
     # ignores SIGTERM, so only the group's SIGKILL after the grace stops it.
@@ -43,15 +41,21 @@ def test_a_lost_lock_stops_the_commands_grandchildren(etcd_server, etcd_prefix, 
         child, grandchild = map(int, pids.read_text().split())
         assert os.getpgid(grandchild) == os.getpgid(child) == child  # a group of its own
         assert os.getpgid(child) != os.getpgid(0)
-        assert run_cli(*ep, "lock", "break", path, "--yes").returncode == 0
+        if trigger == "lock break":
+            assert run_cli(*ep, "lock", "break", path, "--yes").returncode == 0
+        else:  # what a supervisor or a terminal sends the command (not its group)
+            proc.send_signal(getattr(signal, trigger))
         _, err = proc.communicate(timeout=30)
     finally:
         proc.kill()
-    assert proc.returncode == Exit.ERROR and "lock lost" in err
+    assert proc.returncode == code and word in err, err
+    assert "Traceback" not in err
     deadline = time.monotonic() + 10
     while alive(grandchild) or alive(child):
         assert time.monotonic() < deadline, "sleep 47 outlived the lock"
         time.sleep(0.05)
+    proc = run_cli(*ep, "lock", "ls", path)
+    one_line_error(proc, Exit.NOT_FOUND)  # and the lock is free: nothing of it in etcd
 
 
 @pytest.mark.parametrize(
