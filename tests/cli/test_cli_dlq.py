@@ -1,5 +1,6 @@
 """``dlq requeue`` and ``dlq purge`` asked twice, against real etcd and a real work queue: the
-second requeue of an id answers "already requeued" and writes nothing (exit 0); an id found
+second requeue of an id answers "already requeued" and writes nothing (exit 0); an id a consumer
+holds (in flight) is reported as claimed, exit 3, never "already requeued"; an id found
 nowhere, or a purged one, exits 3; FIFO and priority queues have no dead letters and are
 refused (exit 4) without a write."""
 
@@ -23,6 +24,8 @@ from etcd_recipes import (
 )
 from etcd_recipes.cli import Exit, app
 from tests.cli.schema import assert_valid
+
+from .proc import one_line_error, run_cli
 
 
 def cli(server, *args: str) -> tuple[int, str, str]:
@@ -168,3 +171,29 @@ async def test_fifo_and_priority_queues_have_no_dead_letters(
             cli, etcd_server, "-o", "json", "queue", "stats", path
         )
         assert json.loads(out)["data"]["ready"] == 1  # the item is still there
+
+
+async def test_requeue_of_an_in_flight_id_that_was_never_dead_says_claimed(
+    etcd_server, etcd_prefix
+) -> None:
+    """Issue 32 item 11: as a subprocess, an item a consumer holds and that never died is
+    reported as claimed by a consumer (in flight), exit 3 -- not "already requeued" -- and
+    nothing is written; the consumer's claim is untouched."""
+    path = f"{etcd_prefix}jobs"
+    async with connect(etcd_server.endpoint) as client:
+        async with DistributedWorkQueue(client, path) as queue:
+            item_id = await queue.enqueue(b"live")
+            taken = await queue.receive(timeout=5)
+            assert taken is not None and taken.id == item_id
+            before = await revision(client)
+            for extra in ([], ["--dry-run"]):
+                proc = await asyncio.to_thread(
+                    run_cli, "--endpoints", etcd_server.endpoint, "dlq", "requeue", path,
+                    "--id", item_id, "--yes", *extra,
+                )  # fmt: skip
+                line = one_line_error(proc, Exit.NOT_FOUND)
+                assert f"{item_id} in {path} is claimed by a consumer (in flight)" in line
+                assert "already requeued" not in line and proc.stdout == ""
+            assert await revision(client) == before
+            await taken.ack()  # the claim was still the consumer's
+            assert await queue.try_receive() is None
