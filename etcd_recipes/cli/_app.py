@@ -40,12 +40,14 @@ from ..errors import (
     RetriesExhaustedError,
     TlsHandshakeError,
 )
+from ._reach import all_refuse
 
 T = TypeVar("T")
 
 DIAL_TIMEOUT = 2.0
-"""The CLI's ``--dial-timeout`` default, seconds: a refused or silent endpoint fails within it
-(the library's ``connect_timeout`` default, 5 s, suits a long-lived service, not a command)."""
+"""The CLI's ``--dial-timeout`` default, seconds: a silent endpoint fails within it (the
+library's ``connect_timeout`` default, 5 s, suits a long-lived service, not a command); one
+that refuses connections fails at once (``_reach``)."""
 
 SCHEMA = "etcd-recipes/cli/v1"
 """The ``schema`` field of every ``-o json`` document; it changes only with a breaking change."""
@@ -333,8 +335,31 @@ def run(ctx: typer.Context, work: Callable[[EtcdClient], Awaitable[T]]) -> T:
     options: Context = ctx.obj
 
     async def main() -> T:
-        async with options.connect() as client:
-            return await work(client)
+        me = asyncio.current_task()
+        connected = refused = False
+
+        def decided(probe: asyncio.Task[bool]) -> None:
+            nonlocal refused
+            answered = not probe.cancelled() and probe.exception() is None
+            if answered and probe.result() and not connected and me is not None:
+                refused = True
+                me.cancel()  # every endpoint refuses: do not wait out --dial-timeout
+
+        probe = asyncio.create_task(all_refuse(options.endpoints_tried(), options.dial_timeout))
+        probe.add_done_callback(decided)
+        try:
+            async with options.connect() as client:
+                connected = True
+                probe.cancel()
+                return await work(client)
+        except asyncio.CancelledError:
+            if refused:
+                raise CommandError(
+                    f"cannot reach etcd at {options.endpoints_tried()}: connection refused"
+                ) from None
+            raise
+        finally:
+            probe.cancel()
 
     return guarded(lambda: asyncio.run(main()), options.endpoints_tried)
 

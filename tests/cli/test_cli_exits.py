@@ -10,6 +10,7 @@ import asyncio
 import json
 import signal
 import socket
+import time
 
 import pytest
 
@@ -105,9 +106,14 @@ def test_a_refused_endpoint_is_one_short_line() -> None:
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    proc = run_cli("--endpoints", f"127.0.0.1:{port}", "status")
-    line = one_line_error(proc, Exit.ERROR)
-    assert line == f"etcd-recipes: error: cannot reach etcd at 127.0.0.1:{port}: connection refused"
+    endpoint = f"127.0.0.1:{port}"
+    for given in ([], ["--dial-timeout", "60"]):
+        started = time.monotonic()
+        proc = run_cli("--endpoints", endpoint, "status", *given)
+        line = one_line_error(proc, Exit.ERROR)
+        assert line == f"etcd-recipes: error: cannot reach etcd at {endpoint}: connection refused"
+    # The refusal is immediate, so is the answer: the 60 s dial timeout was not waited out.
+    assert time.monotonic() - started < 45
 
 
 @pytest.mark.parametrize(("given", "seconds"), [([], "2.0"), (["--dial-timeout", "0.5"], "0.5")])
