@@ -188,21 +188,22 @@ def test_bad_input_is_one_line_and_an_exit_code(tmp_path, args, code, message) -
 
 
 def test_a_second_dev_on_the_same_data_dir_fails_at_once(tmp_path) -> None:
-    data_dir = tmp_path / "shared"
-    first = Dev("dev", "--port", "0", "--data-dir", str(data_dir), cwd=tmp_path)
+    """Issue 32 item 12: two ``dev --port 0`` in one directory (the default data dir)."""
+    data_dir = tmp_path / ".etcd-recipes" / "dev"
+    first = Dev("dev", "--port", "0", cwd=tmp_path)
     endpoints = first.endpoints()
     pid = first.proc.pid
     second = subprocess.run(
-        [sys.executable, "-m", "etcd_recipes.cli", "dev", "--port", "0", "--data-dir",
-         str(data_dir)],
+        [sys.executable, "-m", "etcd_recipes.cli", "dev", "--port", "0"],
         capture_output=True, text=True, timeout=60, cwd=tmp_path,
     )  # fmt: skip
     assert second.returncode == Exit.ERROR, second.stderr
     [line] = second.stderr.strip().splitlines()
     assert "in use by another etcd-recipes dev" in line and f"pid {pid}" in line
+    assert str(data_dir) in line
     assert asyncio.run(put_get(endpoints, "/dev/first", "still")) == ("still", 1)  # untouched
     assert dev_stop_ok(first)
-    # The lock goes with the first: a new dev on that data dir starts, with its data.
+    # The lock goes with the first: a new dev there starts, with the first one's data.
     again = Dev("dev", "--port", "0", "--data-dir", str(data_dir), cwd=tmp_path)
     assert asyncio.run(put_get(again.endpoints(), "/dev/first", None)) == ("still", 1)
     assert dev_stop_ok(again)
