@@ -295,6 +295,21 @@ app = typer.Typer(
 _err = Console(stderr=True, highlight=False)
 
 
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m)?\s*$")
+
+
+def seconds(text: str | float) -> float:
+    """``"2"``, ``"2.5"``, ``"2s"``, ``"500ms"``, ``"1m"`` (etcdctl's durations) as seconds > 0;
+    anything else is a usage error."""
+    if isinstance(text, float | int):
+        return float(text)
+    m = _DURATION.match(text)
+    value = float(m.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0}[m.group(2) or "s"] if m else 0.0
+    if not value > 0:
+        raise typer.BadParameter(f"a duration above 0 (2, 2.5, 2s, 500ms), not {text!r}")
+    return value
+
+
 @app.callback()
 def _options(
     ctx: typer.Context,
@@ -323,8 +338,9 @@ def _options(
     dial_timeout: float = typer.Option(
         DIAL_TIMEOUT,
         "--dial-timeout",
-        min=0.1,
-        help="Seconds to wait for a first answer from etcd (etcdctl's name).",
+        parser=seconds,
+        metavar="SECONDS",
+        help="How long to wait for a first answer from etcd: seconds, or etcdctl's 2s, 500ms.",
     ),
 ) -> None:
     ctx.obj = Context(endpoints, cacert, cert, key, user, password, namespace, output, dial_timeout)

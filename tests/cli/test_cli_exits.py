@@ -116,7 +116,10 @@ def test_a_refused_endpoint_is_one_short_line() -> None:
     assert time.monotonic() - started < 45
 
 
-@pytest.mark.parametrize(("given", "seconds"), [([], "2.0"), (["--dial-timeout", "0.5"], "0.5")])
+@pytest.mark.parametrize(
+    ("given", "seconds"),
+    [([], "2.0"), (["--dial-timeout", "0.5"], "0.5"), (["--dial-timeout", "500ms"], "0.5")],
+)
 def test_a_silent_endpoint_fails_within_the_dial_timeout(given, seconds) -> None:
     with socket.socket() as silent:  # accepts connections, never answers
         silent.bind(("127.0.0.1", 0))
@@ -127,3 +130,9 @@ def test_a_silent_endpoint_fails_within_the_dial_timeout(given, seconds) -> None
     assert (
         line == f"etcd-recipes: error: cannot reach etcd at {endpoint}: no answer within {seconds}s"
     )
+
+
+@pytest.mark.parametrize("value", ["x", "0", "-1", "2h"])
+def test_a_bad_dial_timeout_is_a_usage_error(value) -> None:
+    proc = run_cli("--endpoints", "127.0.0.1:1", "status", "--dial-timeout", value)
+    assert "--dial-timeout" in one_line_error(proc, Exit.USAGE)
