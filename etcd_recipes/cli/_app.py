@@ -7,8 +7,11 @@ so the command and the library read the same variables in the same order
 endpoints come from the environment). Every failure, a bad command line included, is one line
 on stderr (``etcd-recipes: error: ...``) and an :class:`Exit` code, never a traceback or a panel.
 The library's own log records are not printed unless ``$ETCD_RECIPES_CLI_LOG`` names a level.
+The client options work before and after the command's name (the one after it wins); Ctrl-C
+exits 130 with nothing printed.
 
-Not guaranteed: ``--help`` pages keep typer's layout (they are for people, not scripts).
+Not guaranteed: ``--help`` pages keep click's plain layout (they are for people, not scripts);
+the global options are not listed on a command's own help page, only on the top-level one.
 """
 
 from __future__ import annotations
