@@ -166,7 +166,7 @@ def dev(
 ) -> None:
     """Run a local etcd for development until Ctrl-C (or SIGTERM), then stop it cleanly.
 
-    Prints the endpoints and an ``export ETCDCTL_ENDPOINTS=...`` line (the library and etcdctl
+    Prints the endpoints and an "export ETCDCTL_ENDPOINTS=..." line (the library and etcdctl
     both read it). The data directory survives restarts unless --ephemeral. With --cluster N,
     N members named n1..nN, each with its data in DATA_DIR/nI.
     """

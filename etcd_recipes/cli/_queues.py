@@ -16,7 +16,8 @@ from .. import DistributedWorkQueue, EtcdClient
 from ..errors import InvalidArgumentError
 from ..queues.inspection import QueueKind, detect_queue_kind, peek_queue, queue_stats
 from ._app import CommandError, Exit, app, emit, run
-from ._commands import _path, dlq_app, work_queue_only
+from ._commands import PATH, _path, dlq_app
+from ._dlq import work_queue_only
 
 queue_app = typer.Typer(help="FIFO, priority and work queues (read only).")
 app.add_typer(queue_app, name="queue")
@@ -34,7 +35,7 @@ def _payload(raw: bytes | None) -> dict[str, Any]:
 
 
 @queue_app.command("stats")
-def queue_stats_cmd(ctx: typer.Context, path: str, kind: str | None = _KIND) -> None:
+def queue_stats_cmd(ctx: typer.Context, path: str = PATH, kind: str | None = _KIND) -> None:
     """Ready, delayed, in-flight and dead items, and the oldest ready item's age."""
     path = _path(path)
 
@@ -88,12 +89,13 @@ def _kind(kind: str | None) -> QueueKind | None:
 @queue_app.command("peek")
 def queue_peek(
     ctx: typer.Context,
-    path: str,
+    path: str = PATH,
     n: int = typer.Option(10, "-n", min=1, help="How many items."),
     payload: bool = typer.Option(False, "--payload", help="Show the payloads too."),
     kind: str | None = _KIND,
 ) -> None:
-    """The next N items in delivery order, metadata only unless --payload; takes nothing."""
+    """The next N items in delivery order, metadata only unless --payload; takes nothing.
+    Exit 3 when nothing waits (no queue at PATH, or only items in flight or dead)."""
     path = _path(path)
 
     async def work(client: EtcdClient) -> None:
@@ -101,6 +103,9 @@ def queue_peek(
         entries = (
             [] if found is None else await peek_queue(client, path, n, kind=found, payload=payload)
         )
+        if not entries:
+            what = "no queue" if found is None else f"nothing waiting in the {found} queue"
+            raise CommandError(f"{what} at {path}", Exit.NOT_FOUND)
         items = [
             {
                 "id": e.id,
@@ -146,7 +151,7 @@ def queue_peek(
 @dlq_app.command("show")
 def dlq_show(
     ctx: typer.Context,
-    path: str,
+    path: str = PATH,
     item_id: str = typer.Option(..., "--id", help="The dead letter's id."),
 ) -> None:
     """One dead letter: attempts, reason, size and payload."""

@@ -1,8 +1,9 @@
-"""``semaphore show`` and ``election resign``, through the families' own inspection code
-(:mod:`etcd_recipes.locks.inspection`, :mod:`etcd_recipes.election.inspection`).
+"""``election resign``, ``discovery ls/show`` and ``cache dump``, through the families' own
+code (:mod:`etcd_recipes.election.inspection`, ``ServiceDiscovery``, ``PrefixCache``).
 
-Guaranteed: ``semaphore show`` writes nothing; ``election resign`` ends only the term it read
-(its lease is revoked; without ``--yes`` it refuses and writes nothing).
+Guaranteed: ``election resign`` ends only the term it read (its lease is revoked; without
+``--yes`` it refuses and writes nothing); the others only read, and exit 3 when they find
+nothing (no service, no key under the cache's PREFIX, which is used exactly as given).
 Not guaranteed: what is printed is stale once printed; a resigned LeaderLatch contests again.
 """
 
@@ -13,57 +14,15 @@ from typing import Any
 
 import typer
 
-from .. import EtcdClient, LockParticipant, PrefixCache, ServiceDiscovery
+from .. import EtcdClient, PrefixCache, ServiceDiscovery
 from ..election.inspection import leader_record, resign_leader
-from ..locks.inspection import semaphore_state
 from ._app import CommandError, Exit, app, confirm, emit, run
-from ._commands import _path, election_app
-
-semaphore_app = typer.Typer(help="Counting semaphores (DistributedSemaphore).")
-app.add_typer(semaphore_app, name="semaphore")
-
-
-async def _row(client: EtcdClient, p: LockParticipant) -> dict[str, Any]:
-    ttl = (await client.lease_time_to_live(p.lease_id)).ttl if p.lease_id else None
-    return {
-        "key": p.key.decode("utf-8", "replace"),
-        "client_id": p.value.decode("utf-8", "replace"),
-        "fencing_token": p.create_revision,
-        "lease": f"{p.lease_id:x}" if p.lease_id else None,
-        "ttl_left": ttl,
-    }
-
-
-@semaphore_app.command("show")
-def semaphore_show(ctx: typer.Context, path: str) -> None:
-    """Permits, holders with lease TTL left, and waiters in line order."""
-    path = _path(path)
-
-    async def work(client: EtcdClient) -> None:
-        state = await semaphore_state(client, path)
-        if state is None:
-            raise CommandError(f"no semaphore at {path}", Exit.NOT_FOUND)
-        holders = [await _row(client, p) for p in state.holders]
-        waiters = [await _row(client, p) for p in state.waiters]
-        emit(
-            ctx,
-            "semaphore show",
-            {"path": path, "permits": state.permits, "holders": holders, "waiters": waiters},
-            lines=[f"{len(holders)} of {state.permits} permits held, {len(waiters)} waiting"],
-            columns=("role", "client id", "fencing token", "lease", "ttl left"),
-            rows=[
-                (role, r["client_id"], r["fencing_token"], r["lease"], r["ttl_left"])
-                for role, rows in (("holder", holders), ("waiter", waiters))
-                for r in rows
-            ],
-        )
-
-    run(ctx, work)
+from ._commands import PATH, PREFIX, _path, _prefix, election_app
 
 
 @election_app.command("resign")
 def election_resign_cmd(
-    ctx: typer.Context, path: str, yes: bool = typer.Option(False, "--yes", help="Do it.")
+    ctx: typer.Context, path: str = PATH, yes: bool = typer.Option(False, "--yes", help="Do it.")
 ) -> None:
     """End the current leader's term (revoke its lease); it steps down."""
     path = _path(path)
@@ -143,16 +102,18 @@ async def _services(client: EtcdClient, base: str) -> tuple[list[dict[str, Any]]
 def discovery_ls(
     ctx: typer.Context,
     base: str | None = typer.Argument(
-        None, help="The ServiceDiscovery path; omitted: every base under the namespace root."
+        None,
+        metavar="[BASE]",
+        help="The ServiceDiscovery path; omitted: every base under the namespace root.",
     ),
 ) -> None:
     """The services registered under BASE, with their instance counts.
 
-    Without BASE, every base the discovery key layout (``<base>/names/<name>/<id>``) finds
+    Without BASE, every base the discovery key layout (<base>/names/<name>/<id>) finds
     under the namespace root: one keys-only read of every key there (on a large keyspace,
     give BASE), then each candidate's records are read and parsed as ServiceInstance JSON, so
     another recipe's keys that happen to fit the layout are not listed. Records that do not
-    parse are skipped and counted (``skipped``).
+    parse are skipped and counted (skipped). Exit 3 when no service is found.
     """
     given = None if base is None else _path(base)
 
@@ -164,6 +125,10 @@ def discovery_ls(
             found, bad = await _services(client, one)
             rows += found
             skipped += bad
+        if not rows:
+            where = f"under {given}" if given else "under the namespace root"
+            extra = f" ({skipped} record(s) that are not ServiceInstance JSON)" if skipped else ""
+            raise CommandError(f"no service registered {where}{extra}", Exit.NOT_FOUND)
         emit(
             ctx,
             "discovery ls",
@@ -182,7 +147,11 @@ def discovery_ls(
 
 
 @discovery_app.command("show")
-def discovery_show(ctx: typer.Context, base: str, name: str) -> None:
+def discovery_show(
+    ctx: typer.Context,
+    base: str = typer.Argument(..., metavar="BASE", help="The ServiceDiscovery path."),
+    name: str = typer.Argument(..., metavar="NAME", help="The service's name."),
+) -> None:
     """The instances of service NAME under BASE: id, address, port, payload."""
     base = _path(base)
 
@@ -222,16 +191,19 @@ def discovery_show(ctx: typer.Context, base: str, name: str) -> None:
 @cache_app.command("dump")
 def cache_dump(
     ctx: typer.Context,
-    prefix: str,
+    prefix: str = PREFIX,
     timeout: float = typer.Option(10.0, help="Seconds to wait for the snapshot."),
 ) -> None:
-    """The keys and values (UTF-8, or base64) a PrefixCache on PREFIX holds, at one revision."""
-    prefix = _path(prefix)
+    """The keys and values (UTF-8, or base64) a PrefixCache on PREFIX holds, at one revision;
+    exit 3 when PREFIX holds no key."""
+    prefix = _prefix(prefix)
 
     async def work(client: EtcdClient) -> None:
         async with PrefixCache(client, prefix, start_timeout=timeout) as cache:
             entries = cache.entries()
             revision = cache.revision
+        if not entries:
+            raise CommandError(f"no key under {prefix}", Exit.NOT_FOUND)
         rows = []
         for e in entries:
             raw = e.value if isinstance(e.value, bytes) else b""

@@ -22,6 +22,7 @@ pytest.importorskip("typer")
 from etcd_recipes import connect
 from etcd_recipes.cli import Exit
 
+from .proc import alive
 from .schema import assert_valid
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self").exists(), reason="reads /proc")
@@ -81,14 +82,6 @@ def etcd_processes(marker: str) -> list[int]:
         if marker in cmdline and "etcd" in cmdline and state != "Z" and "pytest" not in cmdline:
             found.append(int(entry.name))
     return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 async def put_get(endpoints: list[str], key: str, value: str | None) -> tuple[str | None, int]:
@@ -192,3 +185,48 @@ def test_bad_input_is_one_line_and_an_exit_code(tmp_path, args, code, message) -
     assert proc.returncode == code, proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_second_dev_on_the_same_data_dir_fails_at_once(tmp_path) -> None:
+    """Issue 32 item 12: two ``dev --port 0`` in one directory (the default data dir)."""
+    data_dir = tmp_path / ".etcd-recipes" / "dev"
+    first = Dev("dev", "--port", "0", cwd=tmp_path)
+    endpoints = first.endpoints()
+    pid = first.proc.pid
+    second = subprocess.run(
+        [sys.executable, "-m", "etcd_recipes.cli", "dev", "--port", "0"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert second.returncode == Exit.ERROR, second.stderr
+    [line] = second.stderr.strip().splitlines()
+    assert "in use by another etcd-recipes dev" in line and f"pid {pid}" in line
+    assert str(data_dir) in line
+    assert asyncio.run(put_get(endpoints, "/dev/first", "still")) == ("still", 1)  # untouched
+    assert dev_stop_ok(first)
+    # The lock goes with the first: a new dev there starts, with the first one's data.
+    again = Dev("dev", "--port", "0", "--data-dir", str(data_dir), cwd=tmp_path)
+    assert asyncio.run(put_get(again.endpoints(), "/dev/first", None)) == ("still", 1)
+    assert dev_stop_ok(again)
+    assert etcd_processes(str(data_dir)) == []
+
+
+def dev_stop_ok(dev: Dev, sig: int = signal.SIGTERM) -> bool:
+    return dev.stop(sig) == 0
+
+
+def test_a_cluster_of_three_stops_on_sigint(tmp_path) -> None:
+    """Followers are stopped together, then the leader, so none waits out a leadership
+    transfer to a stopping member; the time is printed, not asserted (a loaded machine)."""
+    dev = Dev("dev", "--cluster", "3", "--ephemeral", "--port", "0", cwd=tmp_path)
+    endpoints = dev.endpoints()
+    assert asyncio.run(put_get(endpoints, "/dev/s", "1")) == ("1", 3)
+    member_lines = [ln for ln in dev.lines if ln.startswith("etcd n")]
+    pids = [int(ln.split("(pid ")[1].split(",")[0]) for ln in member_lines]
+    started = time.monotonic()
+    assert dev.stop(signal.SIGINT) == 0  # within stop()'s 30 s: every member stopped
+    took = time.monotonic() - started
+    assert [pid for pid in pids if alive(pid)] == []
+    print(f"dev --cluster 3 stopped on SIGINT in {took:.2f}s")  # reported, not asserted
+    [line] = [ln for ln in dev.stderr().splitlines() if ln.startswith("etcd stopped")]
+    codes = line.split("exit code ")[1].rstrip(")").split(", ")
+    assert len(codes) == 3 and str(-signal.SIGKILL) not in codes, line  # none needed SIGKILL

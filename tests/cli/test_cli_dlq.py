@@ -1,5 +1,6 @@
 """``dlq requeue`` and ``dlq purge`` asked twice, against real etcd and a real work queue: the
-second requeue of an id answers "already requeued" and writes nothing (exit 0); an id found
+second requeue of an id answers "already requeued" and writes nothing (exit 0); an id a consumer
+holds (in flight) is reported as claimed, exit 3, never "already requeued"; an id found
 nowhere, or a purged one, exits 3; FIFO and priority queues have no dead letters and are
 refused (exit 4) without a write."""
 
@@ -23,6 +24,8 @@ from etcd_recipes import (
 )
 from etcd_recipes.cli import Exit, app
 from tests.cli.schema import assert_valid
+
+from .proc import one_line_error, run_cli
 
 
 def cli(server, *args: str) -> tuple[int, str, str]:
@@ -75,15 +78,16 @@ async def test_a_second_requeue_is_already_requeued_and_writes_nothing(
                 0,
                 f"requeued 1 item(s): {second}; already requeued (back in the queue): {first}",
             )
-            # Received again and in flight: still "already requeued", still nothing written.
+            # Received again and in flight: claimed by a consumer, not dead and not queued
+            # (issue 32 item 11): exit 3, saying so, and still nothing written.
             taken = await queue.receive(timeout=5)
             assert taken is not None and taken.id == first
             before = await revision(client)
             code, out, err = await asyncio.to_thread(
                 cli, etcd_server, "-o", "json", "dlq", "requeue", path, "--id", first, "--yes"
             )
-            assert code == 0, err
-            assert assert_valid(out)["data"]["already_requeued"] == [first]
+            assert (code, out) == (Exit.NOT_FOUND, ""), err
+            assert "claimed by a consumer (in flight)" in err and "already requeued" not in err
             assert await revision(client) == before
             await taken.ack()
             delivered = [taken.value]
@@ -135,7 +139,7 @@ async def test_purging_twice_is_not_found_and_a_queued_id_is_named(
             code, _, err = await asyncio.to_thread(
                 cli, etcd_server, "dlq", "purge", path, "--id", queued, "--yes"
             )
-            assert code == Exit.NOT_FOUND and "queued, not dead" in err
+            assert code == Exit.NOT_FOUND and "waiting in the queue, not dead" in err
             assert await revision(client) == after_enqueue > before
             item = await queue.receive(timeout=5)  # the live item is untouched
             assert item is not None and item.value == b"live"
@@ -167,3 +171,29 @@ async def test_fifo_and_priority_queues_have_no_dead_letters(
             cli, etcd_server, "-o", "json", "queue", "stats", path
         )
         assert json.loads(out)["data"]["ready"] == 1  # the item is still there
+
+
+async def test_requeue_of_an_in_flight_id_that_was_never_dead_says_claimed(
+    etcd_server, etcd_prefix
+) -> None:
+    """Issue 32 item 11: as a subprocess, an item a consumer holds and that never died is
+    reported as claimed by a consumer (in flight), exit 3 -- not "already requeued" -- and
+    nothing is written; the consumer's claim is untouched."""
+    path = f"{etcd_prefix}jobs"
+    async with connect(etcd_server.endpoint) as client:
+        async with DistributedWorkQueue(client, path) as queue:
+            item_id = await queue.enqueue(b"live")
+            taken = await queue.receive(timeout=5)
+            assert taken is not None and taken.id == item_id
+            before = await revision(client)
+            for extra in ([], ["--dry-run"]):
+                proc = await asyncio.to_thread(
+                    run_cli, "--endpoints", etcd_server.endpoint, "dlq", "requeue", path,
+                    "--id", item_id, "--yes", *extra,
+                )  # fmt: skip
+                line = one_line_error(proc, Exit.NOT_FOUND)
+                assert f"{item_id} in {path} is claimed by a consumer (in flight)" in line
+                assert "already requeued" not in line and proc.stdout == ""
+            assert await revision(client) == before
+            await taken.ack()  # the claim was still the consumer's
+            assert await queue.try_receive() is None

@@ -5,48 +5,31 @@ variable. Every run is a subprocess with a scrubbed environment, as a shell woul
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-import re
 import subprocess
-import sys
 
 import pytest
 
 pytest.importorskip("typer")
 
+from etcd_recipes import INT64, connect
 from etcd_recipes.cli import Exit
 from etcd_recipes.testing import EtcdServer
 
-GRPC_LOG = re.compile(r"^[IWE]\d{4} \d\d:\d\d:\d\d")
+from .proc import one_line_error, run_cli
 
 
-def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+def run(env: dict[str, str], *args: str):
     """``python -m etcd_recipes.cli ARGS`` with only ``env`` of the etcd(ctl) variables set."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("ETCD_", "ETCDCTL_"))}
-    return subprocess.run(
-        [sys.executable, "-m", "etcd_recipes.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**base, **env},
-    )
+    return run_cli(*args, env=env, timeout=60)
 
 
 def member_urls(proc: subprocess.CompletedProcess[str]) -> list[str]:
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     return [url for m in doc["data"]["members"] for url in m["client_urls"]]
-
-
-def one_line_error(proc: subprocess.CompletedProcess[str], code: int) -> str:
-    assert proc.returncode == code, (proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr
-    # gRPC's C core may log a failed handshake itself ("I1203 07:24:21.74 ... Handshake
-    # failed"); the command's own output is exactly one line.
-    [line] = [ln for ln in proc.stderr.strip().splitlines() if not GRPC_LOG.match(ln)]
-    assert line.startswith("etcd-recipes: error:")
-    return line
 
 
 def test_etcdctl_endpoints_alone_reaches_the_server(etcd_server) -> None:
@@ -84,6 +67,23 @@ def test_etcdctl_tls_variables_against_a_mutual_tls_server() -> None:
         one_line_error(run(env, "--cacert", str(tls.client_cert), "status"), Exit.ERROR)
 
 
+def test_tls_options_after_the_command_against_a_mutual_tls_server() -> None:
+    with EtcdServer(tls=True, client_cert_auth=True) as server:
+        tls = server.tls
+        assert tls is not None
+        files = ("--cacert", str(tls.ca_cert), "--cert", str(tls.client_cert))
+        key = ("--key", str(tls.client_key))
+        proc = run({}, "status", "-o", "json", "--endpoints", server.url, *files, *key)
+        assert member_urls(proc) == [server.url]
+        proc = run({}, "--endpoints", server.url, *files, "counter", "set", "/tls/n", "2", *key)
+        assert proc.returncode == 0, proc.stderr
+        assert server.etcdctl("get", "/tls/n", "--print-value-only").stdout.strip()
+        # Plain text against the TLS server: one line that names the likely mismatch.
+        plain = server.url.replace("https://", "http://")
+        line = one_line_error(run({}, "status", "--endpoints", plain), Exit.ERROR)
+        assert "TLS" in line and len(line) < 200
+
+
 @pytest.fixture(scope="module")
 def auth_server():
     """Auth enabled; user ``app`` (password ``s3cret``) may read and write ``/app/`` only."""
@@ -107,6 +107,25 @@ def test_etcdctl_user_with_password_authenticates_as_that_user(auth_server) -> N
     assert json.loads(proc.stdout)["data"]["value"] == 7
     # The same user outside its permission: refused by etcd, so it really is "app".
     line = one_line_error(run(env, "counter", "get", "/other/n"), Exit.ERROR)
+    assert "permission denied" in line.lower()
+
+
+def test_user_options_after_the_command(auth_server) -> None:
+    ep = ("--endpoints", auth_server.endpoint)
+    proc = run({}, "counter", "set", "/app/late", "5", *ep, "--user", "app:s3cret")
+    assert proc.returncode == 0, proc.stderr
+
+    async def read() -> int:
+        async with connect(auth_server.endpoint, user="app", password="s3cret") as client:
+            kv = await client.get("/app/late")
+            assert kv is not None
+            return INT64.decode(kv.value)
+
+    assert asyncio.run(read()) == 5
+    proc = run({}, "counter", "get", "/app/late", *ep, "--user", "app", "--password", "s3cret")
+    assert (proc.returncode, proc.stdout.strip()) == (0, "5"), proc.stderr
+    # The same user, given after the command, outside its permission: it really is "app".
+    line = one_line_error(run({}, "counter", "get", "/x", *ep, "--user=app:s3cret"), Exit.ERROR)
     assert "permission denied" in line.lower()
 
 
@@ -146,7 +165,6 @@ def test_etcd_endpoints_wins_over_etcdctl_endpoints_as_in_the_library(etcd_serve
 def test_explicit_endpoints_read_no_credentials_from_the_environment(auth_server) -> None:
     """As connect(): certificates and credentials set for the environment's cluster are never
     sent to another one named on the command line."""
-    import asyncio
 
     from etcd_recipes import connect
 
