@@ -181,8 +181,9 @@ class _PutWaker:
         self.start = after + 1  # the first revision the watch covers
         self.last_put = 0  # the newest put the watch delivered (or a recovery read implied)
         self.born = asyncio.get_running_loop().time()
+        # future -> (the revision its read saw, its recovery listener, woken alone by a put?)
         self.waiters: dict[
-            asyncio.Future[bool], tuple[int, Callable[[WatchRecoveryEvent], Any] | None]
+            asyncio.Future[bool], tuple[int, Callable[[WatchRecoveryEvent], Any] | None, bool]
         ] = {}
         self._probe = 0  # what the compaction resync read found: the newest put under it
         self._watch = client.watch(
@@ -205,12 +206,13 @@ class _PutWaker:
         future: asyncio.Future[bool],
         after: int,
         on_recovery: Callable[[WatchRecoveryEvent], Any] | None,
+        one: bool = False,
     ) -> None:
         if after + 1 < self.start or self.last_put > after:
             if not future.done():  # the watch cannot vouch for (after, start): look again
                 future.set_result(True)
             return
-        self.waiters[future] = (after, on_recovery)
+        self.waiters[future] = (after, on_recovery, one)
 
     def discard(self, future: asyncio.Future[bool]) -> None:
         self.waiters.pop(future, None)
@@ -227,17 +229,32 @@ class _PutWaker:
         self._probe, revision = await newest_put(self._client, self._prefix)
         return revision + 1
 
-    def _wake(self, revision: int) -> None:
-        """A put at ``revision`` (or a read that found a key last put then): wake the waiters
-        whose read is older."""
+    def _wake(self, revision: int, *, put: bool = False) -> None:
+        """A put at ``revision`` (``put``: one event of the watch) or a read that found a key
+        last put then: wake the waiters whose read is older -- of those that take one item
+        each (``one``), only the longest parked for one put: the others would only race it
+        for the item and park again (a herd of re-reads that grows with the waiters)."""
         if revision > self.last_put:
             self.last_put = revision
-        for future, (after, _) in list(self.waiters.items()):
+        woke_one = False
+        for future, (after, _, one) in list(self.waiters.items()):
             if after < revision and not future.done():
+                if one and put:
+                    if woke_one:
+                        continue
+                    woke_one = True
                 future.set_result(True)
 
+    def pass_on(self) -> None:
+        """Wake the longest-parked waiter: a consumer that may have been woken for an item
+        left without taking it (cancelled, failed, closed), so another looks instead."""
+        for future in self.waiters:
+            if not future.done():
+                future.set_result(True)
+                return
+
     def _recovered(self, item: WatchRecoveryEvent) -> None:
-        listeners = {cb: None for _, cb in self.waiters.values() if cb is not None}
+        listeners = {cb: None for _, cb, _ in self.waiters.values() if cb is not None}
         for listener in listeners:
             listener(item)
 
@@ -250,7 +267,7 @@ class _PutWaker:
                     self._wake((await newest_put(self._client, self._prefix))[0])
                 async for item in watch.items():
                     if isinstance(item, WatchEvent):
-                        self._wake(item.kv.mod_revision)
+                        self._wake(item.kv.mod_revision, put=True)
                         continue
                     self._recovered(item)
                     if isinstance(item, WatchResynced):
@@ -310,9 +327,15 @@ async def wait_for_put_under(
     timeout: float | None,
     on_recovery: Callable[[WatchRecoveryEvent], Any] | None = None,
     interrupts: Interrupts | None = None,
+    one: bool = False,
 ) -> bool:
     """Wait until a key is put under ``prefix`` (or any of several) after ``after_revision``;
     False on timeout, or when ``interrupts`` ends the wait.
+
+    ``one``: the caller takes one item per wake-up (a queue consumer): a put wakes only the
+    longest-parked of such waiters, not all of them (recoveries still wake all). A caller that
+    leaves without taking what it was woken for -- cancelled, failed, closed -- must call
+    :func:`pass_on`, which wakes the next; a spurious wake-up only costs a re-read.
 
     The queues' empty-queue wait. Every waiter of one client on one prefix shares **one** watch
     (anchored at the first waiter's revision + 1) and parks on a future: no task, watch or
@@ -327,6 +350,7 @@ async def wait_for_put_under(
     shared = _shared(client)
     wakers: list[_PutWaker] = []
     handle = None
+    left_woken = False
     try:
         young = False
         for p in prefixes:
@@ -338,7 +362,7 @@ async def wait_for_put_under(
                 waker = shared[key] = _PutWaker(client, key, p, after_revision)
             elif not waker.synced and loop.time() - waker.born < YOUNG:
                 young = True
-            waker.add(future, after_revision, on_recovery)
+            waker.add(future, after_revision, on_recovery, one)
             wakers.append(waker)
         if interrupts is not None:
             interrupts._futures.add(future)
@@ -349,6 +373,10 @@ async def wait_for_put_under(
                 if (await newest_put(client, p))[0] > after_revision:
                     return True
         return await future
+    except BaseException:
+        # Woken, then cancelled before it could look: the next waiter looks instead.
+        left_woken = one and future.done() and not future.cancelled() and not future.exception()
+        raise
     finally:
         if handle is not None:
             handle.cancel()
@@ -356,3 +384,20 @@ async def wait_for_put_under(
             interrupts._futures.discard(future)
         for waker in wakers:
             waker.discard(future)
+            if left_woken and future.result():
+                waker.pass_on()
+
+
+def pass_on(client: EtcdClient, prefix: str | Sequence[str]) -> None:
+    """Wake the longest-parked waiter of each of ``client``'s wakers on ``prefix`` (in this
+    loop): what a consumer that may have been woken for an item calls when it leaves without
+    taking it, so the item is never left with every other consumer asleep."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    shared = _shared(client)
+    for p in [prefix] if isinstance(prefix, str) else prefix:
+        waker = shared.get(("put", p, loop))
+        if waker is not None:
+            waker.pass_on()

@@ -6,7 +6,9 @@ writes it: two producers that counted the same room cannot both use it (the seco
 fails, it counts again). Consumers never touch the key: a claim only ever makes room, so a
 count that a claim made stale errs on the safe side. A full queue is waited on with a watch of
 ``items/`` deletes (a claim, a cancel) anchored at the count's revision + 1, re-counted at
-least every second (a delayed item cancelled makes room without an ``items/`` delete).
+least every second (a delayed item cancelled makes room without an ``items/`` delete); a
+producer waiting for room rides out an outage as a parked consumer does (a count that cannot
+reach etcd is tried again a second later).
 
 Guaranteed: under any number of concurrent producers of this library, the waiting items never
 exceed ``max_items`` through an enqueue; ``enqueue_all`` is admitted whole or waits (a batch
@@ -20,13 +22,14 @@ the admission key are not bounded; producers of one bounded queue serialise on t
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from .._core.txn import Cmp, Op
 from .._recipe.waiting import wait_for_change
-from ..errors import InvalidArgumentError
+from ..errors import EtcdConnectionError, EtcdTimeoutError, InvalidArgumentError
 from ..events import WatchRecoveryEvent
 from ..types import RangeResult
 from ._layout import WorkKeys
@@ -73,8 +76,16 @@ async def admit(
             f"a batch of {items} items can never fit a queue of max_items={limit} "
             "(nothing was written)"
         )
+    parked = False
     while True:
-        waiting, revision = await _room(client, keys)
+        try:
+            waiting, revision = await _room(client, keys)
+        except (EtcdConnectionError, EtcdTimeoutError):
+            if not parked:
+                raise  # as any enqueue: etcd is out of reach
+            # A producer waiting for room rides out an outage as a parked consumer does.
+            await asyncio.sleep(RECOUNT)
+            continue
         if waiting + items <= limit:
             guard = (
                 [Cmp.mod_revision(keys.admission) < revision + 1],
@@ -87,6 +98,7 @@ async def admit(
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
             return None
+        parked = True
 
         async def probe() -> tuple[bool, int]:
             now, at = await _room(client, keys)

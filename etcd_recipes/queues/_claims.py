@@ -43,7 +43,7 @@ from ..codecs import INT32
 from ..errors import EtcdConnectionError, EtcdTimeoutError
 from ..types import KeyValue, RangeResult, TxnResult
 from ._layout import WINDOW, HeadReader, Snapshot, attempts_in, item_name
-from ._produce import now_millis
+from ._produce import clock_millis
 from ._sweep import return_ops
 from ._take import commit, next_reach, outcome
 
@@ -370,7 +370,7 @@ class Claimer:
             return [*ops, Op.delete(keys.attempts + name), Op.delete(keys.trace + name)]
         if how == "dead":
             return [*ops, Op.put(keys.dlq + name, data), Op.put(keys.reasons + name, reason or "")]
-        ready = pad(now_millis() + round(delay * 1000), 19)
+        ready = pad(clock_millis() + round(delay * 1000), 19)
         return [*ops, Op.put(f"{keys.delayed}{ready}-{name}" if delay else keys.items + name, data)]
 
     async def settle(

@@ -42,7 +42,7 @@ from ..codecs import INT32
 from ..errors import CodecError, InvalidArgumentError
 from ..types import KeyValue
 from ._horizon import Horizon
-from ._produce import key_millis, now_millis
+from ._produce import clock_millis, key_millis, now_millis
 
 log = library_logger("etcd_recipes.work_queue")
 
@@ -87,7 +87,7 @@ class WorkKeys:
         """New keys: one item (``batch`` 0) or ``batch`` items sharing one millis, in order;
         a ``delay`` > 0 makes the one item a delayed one, ready ``delay`` seconds from now."""
         if delay:
-            ready = now_millis() + round(delay * 1000)
+            ready = clock_millis() + round(delay * 1000)
             return [f"{self.delayed}{pad(ready, 19)}-{random_token(3)}"]
         millis = pad(key_millis(), 19)
         if not batch:

@@ -2,7 +2,9 @@
 clock, value encoding, and the create-only write.
 
 * :func:`key_millis` is a clock strictly increasing within this process, so that two enqueues
-  in one millisecond keep their order where keys sort by their text;
+  in one millisecond keep their order where keys sort by their text; :func:`pace` keeps it
+  within a second of the wall clock, and delayed items read their ready time from it
+  (:func:`clock_millis`), so they sort among the producer's other items by time;
 * :func:`create` writes new keys with a create-only compare, so two producers that draw the
   same key cannot overwrite each other; a transport failure retries the same keys and counts
   an earlier attempt that landed as done; a batch over the server's ``--max-txn-ops`` is
@@ -47,6 +49,29 @@ def now_millis() -> int:
     return time.time_ns() // 1_000_000
 
 
+MAX_DRIFT = 1000  # milliseconds the key clock may run ahead of the wall clock
+
+
+async def pace() -> None:
+    """Let the wall clock catch up when bursts of keys drew the key clock more than
+    ``MAX_DRIFT`` ahead of it. Without it a producer enqueuing faster than one item per
+    millisecond stamps its items ever further into the future: other producers' items would
+    sort ahead of its for as long, and its delayed items would mature late by as much. A
+    burst of up to ``MAX_DRIFT`` single enqueues passes at once; a sustained rate above 1,000
+    single enqueues per second per process waits (``enqueue_all`` stamps a batch once)."""
+    ahead = _last_millis - now_millis() - MAX_DRIFT
+    if ahead > 0:
+        await asyncio.sleep(ahead / 1000)
+
+
+def clock_millis() -> int:
+    """The producer clock now, without drawing from it: the wall clock, or -- after a burst
+    of enqueues drew keys faster than one per millisecond -- the key clock ahead of it. A
+    delayed item's ready time is read from it, so it sorts among this producer's items by
+    time whatever the burst."""
+    return max(now_millis(), _last_millis)
+
+
 def key_millis() -> int:
     """The producer clock for a new key, strictly increasing within this process, so that two
     enqueues in one millisecond keep their order where keys are sorted by their text."""
@@ -81,6 +106,7 @@ async def create(
     holding our value, the earlier attempt had landed and counts as done.
     """
     policy = client.resilience.rpc.retry_policy
+    await pace()
     keys = list(make_keys())
     uncertain = False
     failures = clashes = 0

@@ -20,7 +20,7 @@ import time
 from typing import TYPE_CHECKING, Generic, cast
 
 from .._core.logctx import library_logger
-from .._recipe.waiting import wait_for_put_under
+from .._recipe.waiting import pass_on, wait_for_put_under
 from ..codecs import ValueT
 from ..errors import CodecError, LeaseNotFoundError
 from ..types import KeyValue, RangeResult
@@ -82,6 +82,17 @@ class Receiver(Generic[ValueT]):
     ) -> list[WorkItem[ValueT]]:
         """Claim up to ``most`` items (at least one), waiting for them as ``wait`` and
         ``timeout`` say; an empty list when none came."""
+        woken = [False]  # woken for an item and not yet through the read and claim after it
+        try:
+            return await self._loop(wait=wait, timeout=timeout, most=most, woken=woken)
+        except BaseException:
+            if woken[0]:  # leaving without the item it was woken for: another looks instead
+                pass_on(self.queue._client, (self.queue._keys.items, self.queue._keys.delayed))
+            raise
+
+    async def _loop(
+        self, *, wait: bool, timeout: float | None, most: int, woken: list[bool]
+    ) -> list[WorkItem[ValueT]]:
         q = self.queue
         started = time.monotonic()
         # try_receive() does not wait for a healing lease either.
@@ -128,13 +139,15 @@ class Receiver(Generic[ValueT]):
             if snap.delayed is not None:
                 due = (ready_millis(snap.delayed) - now_millis()) / 1000
                 wait_for = min(wait_for, max(due, 0.001))
-            await wait_for_put_under(  # a new item, or a delayed one (it may mature sooner)
+            woken[0] = False
+            woken[0] = await wait_for_put_under(  # a new item, or a delayed one (may be due sooner)
                 q._client,
                 (q._keys.items, q._keys.delayed),
                 after_revision=snap.revision,
                 timeout=wait_for,
                 on_recovery=q._on_recovery_event,
                 interrupts=q._waits,
+                one=True,
             )
             q._check_open()
             snap, reclaimed = await self.snapshot(limit), False

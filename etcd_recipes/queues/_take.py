@@ -27,7 +27,7 @@ from .._core.shield import abort_guard
 from .._core.txn import AnyOp, Cmp, Compare, GetOp, Op
 from .._core.validate import check_timeout
 from .._recipe.recipe import Recipe
-from .._recipe.waiting import Interrupts, wait_for_put_under
+from .._recipe.waiting import Interrupts, pass_on, wait_for_put_under
 from ..codecs import Codec, ValueT, as_codec
 from ..errors import (
     CodecError,
@@ -321,47 +321,55 @@ class TakeQueue(Recipe, Generic[ValueT]):
         deadline = None if timeout is None else started + timeout
         window, self._cache = self._cache, []
         revision = 0
-        while True:
-            if not window:
-                read = await self._read_head(self._limit())
-                window, revision = await self._window(read), read.revision
-            if not window:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if not wait or (remaining is not None and remaining <= 0):
-                    return None
-                await self._wait_for_item(revision, remaining)
-                self._check_open()
-                continue
-            values = self._decoded(window[: self._reach])
-            chain = window[: len(values)]
-            fallback = self._head_op(self._limit())
-            compare, success, failure = first_present(chain, fallback)
-            result = await commit(
-                self._client,
-                compare,
-                success,
-                failure,
-                undo=self._put_back,
-                what=f"{self.exception_context}: putting back a cancelled take",
-            )
-            level, reached = outcome(result)
-            self._reach = next_reach(self._reach, level if reached.succeeded else None, self._chain)
-            if reached.succeeded:
-                if self._cacheable:
-                    self._cache = window[level + 1 :]
-                if wait:
-                    self._record_latency(self._metric, started)
-                if self.codec is not None:
-                    return (values[level],)  # decoded as read: its mod revision was compared
-                deleted = reached.responses[0]  # raw: the keys-only read had no values
-                assert isinstance(deleted, DeleteResult)
-                return (cast(ValueT, deleted.prev_kvs[0].value),)
-            # Every candidate was gone: the innermost failure branch re-read the head (when it
-            # was bounded and found nothing, the next pass reads past the bound).
-            fresh = reached.responses[0]
-            assert isinstance(fresh, RangeResult)
-            self._observe(fallback, fresh)
-            window, revision = await self._window(fresh), result.revision
+        woken = False  # woken for an item and not yet through the read and take after it
+        try:
+            while True:
+                if not window:
+                    read = await self._read_head(self._limit())
+                    window, revision = await self._window(read), read.revision
+                if not window:
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if not wait or (remaining is not None and remaining <= 0):
+                        return None
+                    woken = False
+                    woken = await self._wait_for_item(revision, remaining)
+                    self._check_open()
+                    continue
+                values = self._decoded(window[: self._reach])
+                chain = window[: len(values)]
+                fallback = self._head_op(self._limit())
+                compare, success, failure = first_present(chain, fallback)
+                result = await commit(
+                    self._client,
+                    compare,
+                    success,
+                    failure,
+                    undo=self._put_back,
+                    what=f"{self.exception_context}: putting back a cancelled take",
+                )
+                level, reached = outcome(result)
+                got = level if reached.succeeded else None
+                self._reach = next_reach(self._reach, got, self._chain)
+                if reached.succeeded:
+                    if self._cacheable:
+                        self._cache = window[level + 1 :]
+                    if wait:
+                        self._record_latency(self._metric, started)
+                    if self.codec is not None:
+                        return (values[level],)  # decoded as read: its mod revision was compared
+                    deleted = reached.responses[0]  # raw: the keys-only read had no values
+                    assert isinstance(deleted, DeleteResult)
+                    return (cast(ValueT, deleted.prev_kvs[0].value),)
+                # Every candidate was gone: the innermost failure branch re-read the head (when it
+                # was bounded and found nothing, the next pass reads past the bound).
+                fresh = reached.responses[0]
+                assert isinstance(fresh, RangeResult)
+                self._observe(fallback, fresh)
+                window, revision = await self._window(fresh), result.revision
+        except BaseException:
+            if woken:  # leaving without the item it was woken for: another looks instead
+                pass_on(self._client, self._prefix)
+            raise
 
     async def _do_close(self) -> None:
         self._waits.interrupt_all()
@@ -381,4 +389,5 @@ class TakeQueue(Recipe, Generic[ValueT]):
             timeout=timeout,
             on_recovery=self._on_recovery_event,
             interrupts=self._waits,
+            one=True,
         )
