@@ -142,7 +142,10 @@ async def _queue(
             if not wait:
                 raise _Busy(f"{sem.exception_context}: not {n} permits free (timeout=0)")
             waited = True
-            queue = await _read_queue(client, sem._holders, key, mine)
+            # The newest permits + 1 older keys tell all a waiter needs (admitted, first in
+            # line, or behind its predecessor): a waiter keeps no list of the whole line.
+            # (our own n keys come first: they are the newest).
+            queue = await _read_queue(client, sem._holders, key, mine, limit=sem.permits + n)
             if queue.own is None:
                 raise _Requeue(f"the waiter key {key} disappeared (lease expired or deleted)")
             rank, seen = len(queue.earlier), queue.revision
@@ -190,7 +193,8 @@ async def _wait_first(
         return len(pending) <= need or event.kv.key == own
 
     async def probe() -> tuple[bool, int]:
-        queue = await _read_queue(client, sem._holders, key, mine)
+        mine_n = sem.permits - need  # the keys of this acquisition: the newest of the read
+        queue = await _read_queue(client, sem._holders, key, mine, limit=sem.permits + mine_n)
         return len(queue.earlier) <= need or queue.own is None, queue.revision
 
     ok, _ = await _wait_unless_lost(
