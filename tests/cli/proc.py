@@ -83,7 +83,11 @@ class Running:
         while not found(self.lines):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.proc.kill()
-                raise AssertionError(f"never printed what was awaited: {self.lines}")
+                _, err = self.proc.communicate(timeout=10)
+                raise AssertionError(
+                    f"never printed what was awaited: {self.lines} "
+                    f"(exit code {self.proc.returncode}, stderr {err!r})"
+                )
             if act is not None:
                 act()
             time.sleep(0.1)

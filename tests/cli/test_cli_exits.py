@@ -79,7 +79,8 @@ async def test_something_there_exits_0(work_queue) -> None:
 
 
 def test_ctrl_c_ends_watch_and_observe_with_130_quietly(etcd_server, etcd_prefix) -> None:
-    ep = ("--endpoints", etcd_server.endpoint)
+    # A generous dial timeout: the default 2 s is for people; a loaded CI box may need more.
+    ep = ("--endpoints", etcd_server.endpoint, "--dial-timeout", "30")
     watch = Running(*ep, "watch", f"{etcd_prefix}w/")
     observe = Running(*ep, "election", "observe", f"{etcd_prefix}el")
 
