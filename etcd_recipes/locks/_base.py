@@ -10,7 +10,6 @@ import contextlib
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
-from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -39,7 +38,16 @@ from ..events import LeaseExpired
 from ..types import KeyValue, TxnResult
 from ._holds import _Acquisition, _Held, _lost_while_running, _scoped_body, _TaskHold
 from ._line import _BOUNDED, _Abort, _Aborted, _Bounded, _Line
-from ._session import _abandon, _Busy, _deadline_scope, _monitor_soon, _Requeue, _Session, _task
+from ._session import (
+    _abandon,
+    _Busy,
+    _deadline_scope,
+    _Entered,
+    _monitor_soon,
+    _Requeue,
+    _Session,
+    _task,
+)
 from ._waiters import _read_queue, _wait_for_deletion
 from .hold import LockHold, LockLostListener
 
@@ -66,7 +74,7 @@ class _LockBase(ABC):
         self._name = name
         self._line = line  # the turn taken before queueing in etcd (see _local_line)
         self._holds: dict[Caller, _TaskHold] = {}  # by owner: a task, or a facade thread
-        self._entered: dict[Caller, list[AbstractAsyncContextManager[LockHold]]] = {}
+        self._entered = _Entered()  # what async with entered, per caller
         self._aborts: set[anyio.CancelScope | _Abort] = set()
         self._lost_listeners = ListenerSet("lock-lost", recipe._record_listener_error)
         self._lost_events: Broadcast[BaseException | None] = recipe._broadcast("lock-lost")
@@ -290,9 +298,7 @@ class _LockBase(ABC):
             yield hold
 
     async def _enter(self) -> None:
-        cm = self.with_lock()
-        await cm.__aenter__()
-        self._entered.setdefault(_task(), []).append(cm)
+        await self._entered.enter(self.with_lock())
 
     async def _exit(
         self,
@@ -300,14 +306,7 @@ class _LockBase(ABC):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        task = _task()
-        stack = self._entered.get(task)
-        if not stack:
-            raise LockNotHeldError(f"{self._name}: __aexit__ without a matching __aenter__")
-        cm = stack.pop()
-        if not stack:
-            del self._entered[task]
-        await cm.__aexit__(exc_type, exc, tb)
+        await self._entered.exit(self._name, exc_type, exc, tb)
 
     # ---------------------------------------------------------------- state
 

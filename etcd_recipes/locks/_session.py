@@ -10,6 +10,8 @@ import asyncio
 import heapq
 import weakref
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -18,7 +20,7 @@ from .._core.caller import Caller, current_caller
 from .._core.txn import AnyOp, Compare
 from .._recipe.hold import Hold
 from ..client.lease_pool import LeaseCheckout, LeasePool, lease_pool
-from ..errors import LeaseNotFoundError, RecipeClosedError
+from ..errors import LeaseNotFoundError, LockNotHeldError, RecipeClosedError
 from ..events import LeaseEvent
 from ..types import RangeResult, TxnResult
 
@@ -118,6 +120,37 @@ def _monitor_soon(hold: Hold, seen: int) -> None:
 def _task() -> Caller:
     """Who owns what this call takes: the task, or the facade caller's thread."""
     return current_caller()
+
+
+class _Entered:
+    """What ``async with`` entered on a lock, per caller (task, or the facade caller's
+    thread): each ``__aexit__`` leaves its own caller's innermost entry, so nested and
+    concurrent ``async with`` blocks of one lock object never exit each other's hold."""
+
+    __slots__ = ("_stacks",)
+
+    def __init__(self) -> None:
+        self._stacks: dict[Caller, list[AbstractAsyncContextManager[Any]]] = {}
+
+    async def enter(self, cm: AbstractAsyncContextManager[Any]) -> None:
+        await cm.__aenter__()
+        self._stacks.setdefault(_task(), []).append(cm)
+
+    async def exit(
+        self,
+        name: str,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        task = _task()
+        stack = self._stacks.get(task)
+        if not stack:
+            raise LockNotHeldError(f"{name}: __aexit__ without a matching __aenter__")
+        cm = stack.pop()
+        if not stack:
+            del self._stacks[task]
+        await cm.__aexit__(exc_type, exc, tb)
 
 
 class _Session:

@@ -36,14 +36,12 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
-from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 import anyio
 from typing_extensions import Self
 
-from .._core.caller import Caller
 from .._core.listeners import ListenerSet
 from .._core.streams import DEFAULT_STREAM_BUFFER, Broadcast, EventStream
 from .._core.txn import AnyOp, Compare
@@ -52,7 +50,7 @@ from .._recipe.recipe import Recipe
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, LockNotHeldError
 from ..events import ConnectionState
 from ..types import TxnResult
-from ._session import _task
+from ._session import _Entered
 from .hold import DEFAULT_TTL, LockHold, LockLostListener
 from .mutex import DistributedMutex
 
@@ -126,7 +124,7 @@ class DistributedMultiLock(Recipe):
         ]
         self._lost_listeners = ListenerSet("lock-lost", self._record_listener_error)
         self._lost_events: Broadcast[BaseException | None] = self._broadcast("lock-lost")
-        self._entered: dict[Caller, list[AbstractAsyncContextManager[Self]]] = {}
+        self._entered = _Entered()  # what async with entered, per caller
         self._acquiring = 0
         for mutex in self._mutexes:
             mutex.add_lock_lost_listener(self._on_path_lost)
@@ -254,9 +252,7 @@ class DistributedMultiLock(Recipe):
 
     async def __aenter__(self) -> Self:
         """Acquire every path for the body (waits as long as it takes; see :meth:`with_lock`)."""
-        cm = self.with_lock()
-        await cm.__aenter__()
-        self._entered.setdefault(_task(), []).append(cm)
+        await self._entered.enter(self.with_lock())
         return self
 
     async def __aexit__(
@@ -265,14 +261,7 @@ class DistributedMultiLock(Recipe):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        task = _task()
-        stack = self._entered.get(task)
-        if not stack:
-            raise LockNotHeldError(f"{self.exception_context}: __aexit__ without __aenter__")
-        cm = stack.pop()
-        if not stack:
-            del self._entered[task]
-        await cm.__aexit__(exc_type, exc, tb)
+        await self._entered.exit(self.exception_context, exc_type, exc, tb)
 
     # ---------------------------------------------------------------- state
 

@@ -57,14 +57,12 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import anyio
 from typing_extensions import Self
 
-from .._core.caller import Caller
 from .._core.keys import append_to_path
 from .._core.listeners import ListenerSet
 from .._core.logctx import library_logger
@@ -85,7 +83,7 @@ from ..errors import (
 from ..events import LeaseEvent, LeaseExpired, LeaseResumed, LeaseSuspended
 from ._holds import _Held, _lost_while_running, _scoped_body, metered_acquisition
 from ._permits import _delete_group, _participants, _take
-from ._session import _Busy, _deadline_scope, _range, _Session, _task
+from ._session import _Busy, _deadline_scope, _Entered, _range, _Session
 from .hold import DEFAULT_TTL, LockHold, LockParticipant
 
 if TYPE_CHECKING:
@@ -168,7 +166,7 @@ class DistributedSemaphore(Recipe):
         self._stack: list[_Permit] = []  # permits taken with acquire(), oldest first
         self._scoped: list[_Permit] = []  # permits of async-with blocks
         self._lost_permits: list[_Permit] = []  # lost acquire() permits not released yet
-        self._entered: dict[Caller, list[AbstractAsyncContextManager[LockHold]]] = {}
+        self._entered = _Entered()  # what async with entered, per caller
         self._aborts: set[anyio.CancelScope] = set()
         self._lost_listeners = ListenerSet("permit-lost", self._record_listener_error)
         self._lost_events: Broadcast[BaseException | None] = self._broadcast("permit-lost")
@@ -447,9 +445,7 @@ class DistributedSemaphore(Recipe):
 
     async def __aenter__(self) -> Self:
         """Take a permit for the body (waits as long as it takes; see :meth:`with_permit`)."""
-        cm = self.with_permit()
-        await cm.__aenter__()
-        self._entered.setdefault(_task(), []).append(cm)
+        await self._entered.enter(self.with_permit())
         return self
 
     async def __aexit__(
@@ -458,14 +454,7 @@ class DistributedSemaphore(Recipe):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        task = _task()
-        stack = self._entered.get(task)
-        if not stack:
-            raise LockNotHeldError(f"{self.exception_context}: __aexit__ without __aenter__")
-        cm = stack.pop()
-        if not stack:
-            del self._entered[task]
-        await cm.__aexit__(exc_type, exc, tb)
+        await self._entered.exit(self.exception_context, exc_type, exc, tb)
 
     # ---------------------------------------------------------------- loss and close
 
