@@ -37,9 +37,9 @@ lagging member can answer "future revision"); a run gives up after ``max_retries
 moment (under 50 ms, growing with the attempts) so contenders do not retry in lock step; a
 read at a snapshot revision that was compacted meanwhile restarts the attempt.
 
-The blocking facade: ``etcd_recipes.sync.STM(client).run(apply)`` calls a plain ``apply`` in a
-worker thread with the blocking twin of the instance (``stm.get(key)`` blocks); use that form
-there, not ``run_stm``, whose ``apply`` would receive the async object.
+The blocking facade: ``etcd_recipes.sync.run_stm(client, apply)`` and
+``etcd_recipes.sync.STM(client).run(apply)`` call a plain ``apply`` in a worker thread with
+the blocking twin of the STM (``stm.get(key)`` blocks).
 
 Example::
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import threading
 
-import pytest
-
 from etcd_recipes import Isolation, UsageError
 from etcd_recipes.sync import STM, connect, run_stm
 
@@ -57,9 +55,49 @@ def test_blocking_levels_and_rev(etcd_server, etcd_prefix):
         assert client.get(a) is None
 
 
-def test_run_stm_of_the_facade_refuses_to_write_through_the_async_object(etcd_server, etcd_prefix):
-    """Documented: the facade's run_stm hands apply the async STM; its writes raise."""
+def test_run_stm_of_the_facade_hands_apply_the_blocking_stm(etcd_server, etcd_prefix):
+    """The facade's run_stm calls apply with the blocking twin, in a worker thread."""
+    key = etcd_prefix + "k"
+    seen: list[object] = []
     with connect(**etcd_server.client_kwargs()) as client:
-        with pytest.raises(UsageError, match="STM\\(client"):
-            run_stm(client, lambda tx: tx.put(etcd_prefix + "k", b"v"))
-        assert client.get(etcd_prefix + "k") is None
+
+        def body(tx):
+            seen.append(tx)
+            assert threading.current_thread() is not threading.main_thread()
+            tx.put(key, str(int(tx.get(key) or b"0") + 1))
+            return tx.get(key)
+
+        assert run_stm(client, body) == b"1"
+        assert run_stm(client, body, isolation=Isolation.SERIALIZABLE) == b"2"
+        assert all(isinstance(tx, STM) for tx in seen)
+        assert client.get(key).value == b"2"
+
+
+def test_the_async_stm_refuses_a_blocking_thread(etcd_server, etcd_prefix):
+    """An async STM reached from a plain thread says which form to use (nothing written)."""
+    import etcd_recipes
+
+    async def main() -> None:
+        async with etcd_recipes.connect(**etcd_server.client_kwargs()) as client:
+            stm = etcd_recipes.STM(client)
+
+            async def body(tx):
+                t = threading.Thread(target=lambda: errors.append(_put(tx)))
+                t.start()
+                t.join(10)
+
+            errors: list[BaseException | None] = []
+            await stm.run(body)
+            assert isinstance(errors[0], UsageError)
+            assert await client.get(etcd_prefix + "k") is None
+
+    def _put(tx):
+        try:
+            tx.put(etcd_prefix + "k", b"v")
+        except UsageError as exc:
+            return exc
+        return None
+
+    import asyncio
+
+    asyncio.run(main())

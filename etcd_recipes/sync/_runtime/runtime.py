@@ -149,6 +149,10 @@ def twin_class_for(async_type: type) -> type[SyncTwin]:
     raise TypeError(f"etcd_recipes.sync has no blocking twin for {async_type.__qualname__}")
 
 
+def _twinned(async_type: type) -> bool:
+    return any(klass in _TWINS for klass in async_type.__mro__)
+
+
 class Runtime:
     """A private event-loop thread; see the module docstring."""
 
@@ -508,9 +512,12 @@ class Runtime:
         return self._callbacks.hook(with_twins)
 
     def _known_twin(self, obj: Any) -> Any:
+        # Registered, else fresh for a twinned type never seen (run_stm's STM), else obj.
         with self._lock:
-            twin = self._twins.get(id(obj))
-        return twin if twin is not None and twin._a is obj else obj
+            twin, owner = self._twins.get(id(obj)), self._twins.get(id(self.root))
+        if twin is not None and twin._a is obj:
+            return twin
+        return self.twin(obj, owner) if owner is not None and _twinned(type(obj)) else obj
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -157,11 +157,10 @@ def run_stm(
     ``concurrency.NewSTM``). The arguments are :class:`STM`'s; the runnable example is on
     :mod:`etcd_recipes.stm` and the STM docs page.
 
-    **Async API only.** In the blocking facade use ``STM(client, ...).run(apply)``, whose
-    ``apply`` is called with the blocking twin of the instance; the facade's ``run_stm`` hands
-    ``apply`` the async object, whose writes then raise :class:`UsageError`.
+    In the blocking facade ``apply`` is a plain function, called in a worker thread with the
+    blocking twin of the STM (the same as ``STM(client, ...).run(apply)``).
 
-    A transfer between two accounts, for instance (not run: see above)::
+    A transfer between two accounts, for instance (not run here: the STM docs page runs one)::
 
         def transfer(stm):
             alice = int(stm.get("/accounts/alice") or b"0")
