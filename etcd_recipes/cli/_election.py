@@ -9,6 +9,7 @@ all (the observer reports the state it reads, not every transition).
 
 from __future__ import annotations
 
+import base64
 import sys
 from typing import Any
 
@@ -25,7 +26,8 @@ COUNT_HELP = (
 
 @election_app.command("show")
 def election_show(ctx: typer.Context, path: str = PATH) -> None:
-    """The leader (with its fencing token) and the candidates in the order they joined."""
+    """The leader (with its fencing token and proclaimed value) and the candidates in the order
+    they joined."""
     path = _path(path)
 
     async def work(client: EtcdClient) -> None:
@@ -34,6 +36,8 @@ def election_show(ctx: typer.Context, path: str = PATH) -> None:
             current = observer.current
         leader = current.leader if isinstance(current, Elected) else None
         token = current.fencing_token if isinstance(current, Elected) else None
+        said = current.value if isinstance(current, Elected) else None
+        encoding, value = _shown(said)
         if leader is None and not participants:
             raise CommandError(f"no election at {path}", Exit.NOT_FOUND)
         emit(
@@ -43,18 +47,35 @@ def election_show(ctx: typer.Context, path: str = PATH) -> None:
                 "path": path,
                 "leader": leader,
                 "fencing_token": token,
+                "value": value,
+                "value_encoding": encoding,
                 "participants": [
                     {"client_id": p.client_id, "is_leader": p.is_leader} for p in participants
                 ],
             },
             lines=[
-                f"leader: {leader or '(none)'}" + (f" (fencing token {token})" if token else "")
+                f"leader: {leader or '(none)'}" + (f" (fencing token {token})" if token else ""),
+                *(
+                    [f"value: {value}" + (" (base64)" if encoding == "base64" else "")]
+                    if said
+                    else []
+                ),
             ],
             columns=("candidate", "leader"),
             rows=[(p.client_id, "yes" if p.is_leader else "") for p in participants],
         )
 
     run(ctx, work)
+
+
+def _shown(value: bytes | None) -> tuple[str | None, str | None]:
+    """(encoding, text) of a proclaimed value: UTF-8 as it is, other bytes as base64."""
+    if value is None:
+        return None, None
+    try:
+        return "utf-8", value.decode("utf-8")
+    except UnicodeDecodeError:
+        return "base64", base64.b64encode(value).decode("ascii")
 
 
 @election_app.command("observe")

@@ -165,6 +165,16 @@ async def test_election_show_and_observe(etcd_server, etcd_prefix) -> None:
             data = doc(out)
             assert data["leader"] == "node-1" and data["fencing_token"] == latch.fencing_token
             assert data["participants"] == [{"client_id": "node-1", "is_leader": True}]
+            assert data["value"] is None and data["value_encoding"] is None
+            await latch.proclaim("10.0.0.7:8080")
+            code, out, _ = await asyncio.to_thread(cli, etcd_server, "election", "show", path)
+            assert code == 0 and "value: 10.0.0.7:8080" in out.splitlines()
+            await latch.proclaim(b"\xff\x00")
+            code, out, _ = await asyncio.to_thread(
+                cli, etcd_server, "-o", "json", "election", "show", path
+            )
+            shown = doc(out)
+            assert (shown["value"], shown["value_encoding"]) == ("/wA=", "base64")
             observed = asyncio.create_task(
                 asyncio.to_thread(cli, etcd_server, "election", "observe", path, "--count", "1")
             )
